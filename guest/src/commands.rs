@@ -1,0 +1,365 @@
+//! exec.run and exec.stream over execd's `POST /command`, plus background
+//! commands, status, logs and interrupt.
+
+use crate::bindings::exports::abx::epp::infra::{
+    CommandEvent, CommandExit, CommandLogs, CommandRequest, CommandStatus, GuestCommandStream,
+};
+use crate::error::{self, Result, invalid, not_found};
+use crate::execd::Execd;
+use crate::http::{Timeouts, encode};
+use crate::lifecycle::check_id;
+use crate::models::{self, ExecEvent, RunCommand};
+use crate::sse::{Frame, FrameReader};
+use crate::time::monotonic_ms;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Output events without line terminators come from execd ≤ 1.0.19, which
+/// strips them; newer execd keeps them. Raw is decided per stream on first
+/// evidence; until then every event is taken as one stripped line.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Lines {
+    Unknown,
+    Raw,
+}
+
+fn restore_line(mode: &mut Lines, text: String) -> String {
+    if *mode == Lines::Unknown
+        && text.len() > 1
+        && (text.ends_with('\n') || text.ends_with('\r') || text[..text.len() - 1].contains('\n'))
+    {
+        *mode = Lines::Raw;
+    }
+    match *mode {
+        Lines::Raw => text,
+        // A blank line arrives as "\n"; every other event is one line without its terminator.
+        _ if text == "\n" => text,
+        _ => text + "\n",
+    }
+}
+
+fn body(req: &CommandRequest, background: bool) -> Result<Vec<u8>> {
+    if req.cmd.trim().is_empty() {
+        return Err(invalid("`cmd` is empty; give a shell command line"));
+    }
+    let envs: BTreeMap<&str, &str> = req
+        .envs
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    for key in envs.keys() {
+        if key.is_empty() || key.contains('=') || key.contains('\0') {
+            return Err(invalid(format!(
+                "`{key}` is not a valid environment variable name"
+            )));
+        }
+    }
+    if req.timeout_ms == Some(0) {
+        return Err(invalid("`timeout` must be positive"));
+    }
+    let run = RunCommand {
+        command: &req.cmd,
+        cwd: req.cwd.as_deref(),
+        background,
+        timeout: req.timeout_ms,
+        envs,
+    };
+    Ok(serde_json::to_vec(&run).expect("serialisable"))
+}
+
+/// Starts `POST /command` and returns its event stream.
+fn start(execd: &mut Execd, req: &CommandRequest, background: bool) -> Result<FrameReader> {
+    let body = body(req, background)?;
+    // Pings arrive every 3 s once the command runs; a long silence means trouble.
+    let timeouts = Timeouts::API.between_bytes(Duration::from_secs(120));
+    let resp = execd.send(
+        |e| {
+            Ok(e.request("POST", "/command")?
+                .header("content-type", "application/json")
+                .header("accept", "text/event-stream")
+                .timeouts(timeouts))
+        },
+        &body,
+    )?;
+    let resp = execd.check(resp, "the command")?;
+    Ok(FrameReader::new(resp.into_reader()))
+}
+
+pub struct CommandStream {
+    inner: RefCell<StreamState>,
+}
+
+struct StreamState {
+    reader: FrameReader,
+    target: String,
+    lines: Lines,
+    finished: bool,
+    timeout_ms: Option<u64>,
+    started_ms: u64,
+}
+
+impl StreamState {
+    /// Turns one execd event into EPP events (pings and unknown types give none).
+    fn convert(&mut self, event: ExecEvent, out: &mut Vec<CommandEvent>) -> Result<()> {
+        match event.kind.as_str() {
+            "init" => out.push(CommandEvent::Started(event.text.unwrap_or_default())),
+            "stdout" => out.push(CommandEvent::Stdout(restore_line(
+                &mut self.lines,
+                event.text.unwrap_or_default(),
+            ))),
+            "stderr" => out.push(CommandEvent::Stderr(restore_line(
+                &mut self.lines,
+                event.text.unwrap_or_default(),
+            ))),
+            "execution_complete" => {
+                self.finished = true;
+                out.push(CommandEvent::Exited(CommandExit {
+                    exit_code: 0,
+                    error: None,
+                }));
+            }
+            "error" => {
+                self.finished = true;
+                let e = event.error.unwrap_or_default();
+                let detail = e
+                    .traceback
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| e.evalue.clone());
+                match e.evalue.trim().parse::<i32>() {
+                    Ok(-1) if self.timed_out() => {
+                        return Err(error::timed_out(format!(
+                            "the command in {} ran longer than its timeout of {} s and was killed",
+                            self.target,
+                            self.timeout_ms.unwrap_or_default() as f64 / 1000.0
+                        )));
+                    }
+                    Ok(code) => out.push(CommandEvent::Exited(CommandExit {
+                        exit_code: code,
+                        error: (code == -1).then_some(detail),
+                    })),
+                    // The process never started: execd reports the reason as text.
+                    Err(_) => out.push(CommandEvent::Exited(CommandExit {
+                        exit_code: -1,
+                        error: Some(format!("{}: {}", e.ename, e.evalue)),
+                    })),
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn timed_out(&self) -> bool {
+        self.timeout_ms
+            .is_some_and(|t| monotonic_ms().saturating_sub(self.started_ms) + 50 >= t)
+    }
+
+    fn next_batch(&mut self) -> Result<Option<Vec<CommandEvent>>> {
+        if self.finished {
+            return Ok(None);
+        }
+        let mut out = Vec::new();
+        // Block for the first event, then take what is already buffered.
+        while out.is_empty() || (!self.finished && self.reader.has_buffered()) {
+            let frame = self
+                .reader
+                .next()
+                .map_err(|t| error::broken_body(t, &self.target))?;
+            match frame {
+                Some(Ok(Frame::Event(event))) => self.convert(event, &mut out)?,
+                Some(Ok(Frame::Error { code, message })) => {
+                    self.finished = true;
+                    return Err(error::upstream(format!(
+                        "{} reported {code}: {message}",
+                        self.target
+                    )));
+                }
+                Some(Err(bad)) => {
+                    self.finished = true;
+                    return Err(error::upstream(format!("{}: {bad}", self.target)));
+                }
+                None => {
+                    self.finished = true;
+                    if out.is_empty() {
+                        return Err(error::upstream(format!(
+                            "the command stream from {} ended before the command finished (connection lost); \
+                             the command may still be running: check commands.status",
+                            self.target
+                        )));
+                    }
+                    break;
+                }
+            }
+            if self.finished {
+                break;
+            }
+        }
+        if self.finished {
+            // Don't wait for execd's grace period after the last event.
+            self.reader.close();
+        }
+        Ok(Some(out))
+    }
+}
+
+impl GuestCommandStream for CommandStream {
+    fn next(&self) -> Result<Option<Vec<CommandEvent>>> {
+        self.inner.borrow_mut().next_batch()
+    }
+}
+
+pub fn run(req: CommandRequest) -> Result<CommandStream> {
+    let mut execd = Execd::connect(&req.sandbox_id)?;
+    let reader = start(&mut execd, &req, false)?;
+    Ok(CommandStream {
+        inner: RefCell::new(StreamState {
+            reader,
+            target: execd.target().to_string(),
+            lines: Lines::Unknown,
+            finished: false,
+            timeout_ms: req.timeout_ms,
+            started_ms: monotonic_ms(),
+        }),
+    })
+}
+
+/// A background command: `init` then `execution_complete` right away.
+pub fn start_background(req: CommandRequest) -> Result<String> {
+    let mut execd = Execd::connect(&req.sandbox_id)?;
+    let mut reader = start(&mut execd, &req, true)?;
+    let mut id = None;
+    loop {
+        match reader
+            .next()
+            .map_err(|t| error::broken_body(t, execd.target()))?
+        {
+            Some(Ok(Frame::Event(e))) if e.kind == "init" => id = e.text,
+            Some(Ok(Frame::Event(e))) if e.kind == "execution_complete" => break,
+            Some(Ok(Frame::Event(e))) if e.kind == "error" => {
+                let e = e.error.unwrap_or_default();
+                return Err(error::upstream(format!(
+                    "the background command failed to start: {} {}",
+                    e.ename, e.evalue
+                )));
+            }
+            Some(Ok(Frame::Event(_))) => {}
+            Some(Ok(Frame::Error { code, message })) => {
+                return Err(error::upstream(format!(
+                    "the background command failed to start: {code}: {message}"
+                )));
+            }
+            Some(Err(bad)) => return Err(error::upstream(bad)),
+            None => break,
+        }
+    }
+    reader.close();
+    id.ok_or_else(|| {
+        error::upstream(format!(
+            "{} did not report the background command's id",
+            execd.target()
+        ))
+    })
+}
+
+pub fn kill(sandbox_id: &str, command_id: &str) -> Result<()> {
+    check_id("command", command_id)?;
+    let mut execd = Execd::connect(sandbox_id)?;
+    let path = format!("/command?id={}", encode(command_id));
+    let resp = execd.send(|e| e.request("DELETE", &path), &[])?;
+    // execd answers 500 for a command that is unknown or already finished.
+    if resp.status == 500 {
+        return Err(not_found(format!(
+            "command {command_id} is not running in sandbox {sandbox_id} (it finished, or the id is unknown)"
+        )));
+    }
+    execd
+        .check(resp, &format!("command {command_id}"))
+        .map(drop)
+}
+
+pub fn status(sandbox_id: &str, command_id: &str) -> Result<CommandStatus> {
+    check_id("command", command_id)?;
+    let mut execd = Execd::connect(sandbox_id)?;
+    let path = format!("/command/status/{command_id}");
+    let subject = format!("command {command_id}");
+    let resp = execd.send(|e| e.request("GET", &path), &[])?;
+    let s: models::CommandStatus = execd.json(execd.check(resp, &subject)?, &subject)?;
+    Ok(CommandStatus {
+        command_id: s.id.unwrap_or_else(|| command_id.to_string()),
+        running: s.running,
+        exit_code: s.exit_code,
+        error: s.error.filter(|e| !e.is_empty()),
+        started_at: s.started_at,
+        finished_at: s.finished_at,
+    })
+}
+
+pub fn logs(sandbox_id: &str, command_id: &str, cursor: Option<u64>) -> Result<CommandLogs> {
+    check_id("command", command_id)?;
+    let mut execd = Execd::connect(sandbox_id)?;
+    let cursor = cursor.unwrap_or(0);
+    let path = format!("/command/{command_id}/logs?cursor={cursor}");
+    let subject = format!("command {command_id}");
+    let resp = execd.send(|e| e.request("GET", &path), &[])?;
+    if resp.status == 400 {
+        return Err(not_found(format!(
+            "no background command {command_id} in sandbox {sandbox_id} (logs exist only for background commands)"
+        )));
+    }
+    let resp = execd.check(resp, &subject)?;
+    let next = resp
+        .header("execd-commands-tail-cursor")
+        .and_then(|c| c.trim().parse::<u64>().ok());
+    let body = resp
+        .read_all(64 << 20)
+        .map_err(|t| error::broken_body(t, execd.target()))?;
+    let next = next.unwrap_or(cursor + body.len() as u64);
+    Ok(CommandLogs {
+        output: String::from_utf8_lossy(&body).into_owned(),
+        cursor: next,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_terminators_are_restored_once() {
+        let mut mode = Lines::Unknown;
+        assert_eq!(restore_line(&mut mode, "a".into()), "a\n");
+        assert_eq!(restore_line(&mut mode, "\n".into()), "\n");
+        assert_eq!(mode, Lines::Unknown);
+        let mut raw = Lines::Unknown;
+        assert_eq!(restore_line(&mut raw, "a\n".into()), "a\n");
+        assert_eq!(raw, Lines::Raw);
+        assert_eq!(restore_line(&mut raw, "tail".into()), "tail");
+    }
+}
+
+/// Runs a helper command to completion and returns (exit code, stdout, stderr).
+pub fn run_to_end(sandbox_id: &str, cmd: &str, timeout_ms: u64) -> Result<(i32, String, String)> {
+    let stream = run(CommandRequest {
+        sandbox_id: sandbox_id.to_string(),
+        cmd: cmd.to_string(),
+        cwd: None,
+        envs: Vec::new(),
+        timeout_ms: Some(timeout_ms),
+    })?;
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    while let Some(events) = stream.next()? {
+        for event in events {
+            match event {
+                CommandEvent::Stdout(t) => stdout.push_str(&t),
+                CommandEvent::Stderr(t) => stderr.push_str(&t),
+                CommandEvent::Exited(exit) => return Ok((exit.exit_code, stdout, stderr)),
+                CommandEvent::Started(_) => {}
+            }
+        }
+    }
+    Err(error::upstream(
+        "the helper command ended without an exit status",
+    ))
+}

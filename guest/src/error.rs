@@ -1,0 +1,225 @@
+//! EPP errors the provider returns, and how backend answers map onto them
+//! (docs/epp-1.md §6). Messages name the sandbox, path or setting involved, say
+//! what to do next, and never carry a secret.
+
+use crate::bindings::abx::epp::types::{EppError, ErrorCode};
+use crate::config;
+use crate::http::Transport;
+
+pub type Result<T> = std::result::Result<T, EppError>;
+
+pub fn err(code: ErrorCode, message: impl Into<String>) -> EppError {
+    EppError {
+        code,
+        message: config::redact(message.into()),
+        http_status: None,
+        upstream_code: None,
+    }
+}
+
+pub fn invalid(message: impl Into<String>) -> EppError {
+    err(ErrorCode::InvalidArgument, message)
+}
+
+pub fn not_found(message: impl Into<String>) -> EppError {
+    err(ErrorCode::NotFound, message)
+}
+
+pub fn conflict(message: impl Into<String>) -> EppError {
+    err(ErrorCode::Conflict, message)
+}
+
+pub fn upstream(message: impl Into<String>) -> EppError {
+    err(ErrorCode::Upstream, message)
+}
+
+pub fn timed_out(message: impl Into<String>) -> EppError {
+    err(ErrorCode::TimedOut, message)
+}
+
+pub fn unsupported(method: &str, why: &str) -> EppError {
+    err(
+        ErrorCode::Unsupported,
+        format!("{method} is not supported by the opensandbox provider: {why}"),
+    )
+}
+
+/// A failure to talk to `target` (e.g. "the OpenSandbox server at http://…").
+pub fn transport(t: Transport, target: &str) -> EppError {
+    match t {
+        Transport::Denied => err(
+            ErrorCode::DeniedByPolicy,
+            format!(
+                "the host's network policy refused the connection to {target}; if it is a sandbox \
+                 endpoint you trust, add its host to ABX_OPENSANDBOX_ALLOW_HOSTS (or epp-host \
+                 --allow-host), or set ABX_OPENSANDBOX_USE_SERVER_PROXY=true to reach sandboxes \
+                 through the server"
+            ),
+        ),
+        Transport::Refused(detail) => err(
+            ErrorCode::Unreachable,
+            format!(
+                "cannot reach {target} ({detail}); check that it is running and that \
+                 ABX_OPENSANDBOX_BASE_URL points at it"
+            ),
+        ),
+        Transport::Timeout(detail) => err(
+            ErrorCode::TimedOut,
+            format!("{target} did not answer in time ({detail}); retry, or check its load"),
+        ),
+        Transport::Broken(detail) => err(
+            ErrorCode::Unreachable,
+            format!("the connection to {target} failed ({detail}); retry"),
+        ),
+        Transport::Invalid(detail) => {
+            err(ErrorCode::InvalidArgument, format!("{target}: {detail}"))
+        }
+    }
+}
+
+/// A failure while reading an answer whose head already arrived.
+pub fn broken_body(t: Transport, target: &str) -> EppError {
+    match t {
+        Transport::Timeout(d) => timed_out(format!("{target} stopped sending data ({d})")),
+        Transport::Broken(d) | Transport::Refused(d) | Transport::Invalid(d) => {
+            upstream(format!("the answer from {target} broke off ({d}); retry"))
+        }
+        Transport::Denied => transport(Transport::Denied, target),
+    }
+}
+
+/// The useful parts of an error body: `{code,message}`, FastAPI's `{detail:[…]}`,
+/// execd's token error `{error}`, or plain text. FastAPI's `input` echo is never
+/// used (it can contain request secrets).
+fn body_message(body: &[u8]) -> (Option<String>, String) {
+    let text = String::from_utf8_lossy(body);
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
+        let t = text.trim();
+        return (None, t.chars().take(300).collect());
+    };
+    let code = value
+        .get("code")
+        .and_then(|c| c.as_str())
+        .map(str::to_string);
+    if let Some(message) = value.get("message").and_then(|m| m.as_str()) {
+        return (code, message.to_string());
+    }
+    if let Some(details) = value.get("detail").and_then(|d| d.as_array()) {
+        let parts: Vec<String> = details
+            .iter()
+            .map(|d| {
+                let loc: Vec<String> = d
+                    .get("loc")
+                    .and_then(|l| l.as_array())
+                    .map(|l| {
+                        l.iter()
+                            .filter_map(|x| {
+                                x.as_str()
+                                    .map(str::to_string)
+                                    .or_else(|| x.as_u64().map(|n| n.to_string()))
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let msg = d.get("msg").and_then(|m| m.as_str()).unwrap_or("invalid");
+                if loc.is_empty() {
+                    msg.to_string()
+                } else {
+                    format!("{}: {msg}", loc.join("."))
+                }
+            })
+            .collect();
+        return (code, parts.join("; "));
+    }
+    if let Some(detail) = value.get("detail").and_then(|d| d.as_str()) {
+        return (code, detail.to_string());
+    }
+    if let Some(error) = value.get("error").and_then(|e| e.as_str()) {
+        return (code, error.to_string());
+    }
+    (code, text.chars().take(300).collect())
+}
+
+/// An HTTP error answer from `target` about `subject` (e.g. "sandbox 5c1f…").
+pub fn status(status: u16, body: &[u8], target: &str, subject: &str) -> EppError {
+    let (upstream_code, message) = body_message(body);
+    let detail = match &upstream_code {
+        Some(code) => format!("HTTP {status} {code}: {message}"),
+        None => format!("HTTP {status}: {message}"),
+    };
+    let (code, text) = match status {
+        401 | 403 => (
+            ErrorCode::CredentialsRejected,
+            format!(
+                "{target} rejected the credentials ({detail}); set ABX_OPENSANDBOX_API_KEY to the \
+                 server's API key"
+            ),
+        ),
+        404 => (
+            ErrorCode::NotFound,
+            format!("{subject} not found ({detail})"),
+        ),
+        409 => (
+            ErrorCode::Conflict,
+            format!("{subject} is in the wrong state for this ({detail})"),
+        ),
+        400 | 422 => (
+            ErrorCode::InvalidArgument,
+            format!("{target} rejected the request about {subject}: {detail}"),
+        ),
+        429 => (
+            ErrorCode::Upstream,
+            format!("{target} is busy ({detail}); retry later"),
+        ),
+        s if s >= 500 => (
+            ErrorCode::Upstream,
+            format!("{target} failed ({detail}); retry later"),
+        ),
+        _ => (
+            ErrorCode::Upstream,
+            format!("{target} gave an unexpected answer about {subject} ({detail})"),
+        ),
+    };
+    let mut e = err(code, text);
+    e.http_status = Some(status);
+    e.upstream_code = upstream_code;
+    e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_bodies() {
+        let e = status(
+            404,
+            br#"{"code":"DOCKER::SANDBOX_NOT_FOUND","message":"gone"}"#,
+            "server",
+            "sandbox x",
+        );
+        assert_eq!(e.code, ErrorCode::NotFound);
+        assert_eq!(
+            e.upstream_code.as_deref(),
+            Some("DOCKER::SANDBOX_NOT_FOUND")
+        );
+        assert!(e.message.contains("sandbox x not found") && e.message.contains("gone"));
+        let e = status(
+            422,
+            br#"{"detail":[{"type":"x","loc":["body","timeout"],"msg":"must be >= 60","input":"s3cret"}]}"#,
+            "server",
+            "new sandbox",
+        );
+        assert_eq!(e.code, ErrorCode::InvalidArgument);
+        assert!(
+            e.message.contains("body.timeout: must be >= 60"),
+            "{}",
+            e.message
+        );
+        assert!(!e.message.contains("s3cret"));
+        let e = status(401, br#"{"error":"Unauthorized"}"#, "execd", "sandbox");
+        assert_eq!(e.code, ErrorCode::CredentialsRejected);
+        assert_eq!(status(503, b"oops", "s", "x").code, ErrorCode::Upstream);
+        assert_eq!(status(409, b"{}", "s", "x").code, ErrorCode::Conflict);
+    }
+}

@@ -1,0 +1,205 @@
+//! Reaching a sandbox's execd: its endpoint comes from the lifecycle API
+//! (`GET …/endpoints/44772`), never from memory of `create`, and is memoised
+//! host-wide for a while; the endpoint's headers go on every request.
+
+use crate::bindings::abx::epp::memo;
+use crate::config;
+use crate::error::{self, Result};
+use crate::http::{Request, Response, Transport, Url};
+use crate::lifecycle::{Lifecycle, check_id};
+use crate::models::Endpoint;
+use opensandbox_settings::API_KEY_HEADER;
+
+/// execd's port inside every sandbox.
+pub const EXECD_PORT: u16 = 44772;
+/// How long a resolved endpoint is reused (the Python SDK uses 600 s).
+const ENDPOINT_TTL_MS: u32 = 600_000;
+
+/// One sandbox's execd.
+pub struct Execd {
+    pub sandbox_id: String,
+    base: String,
+    headers: Vec<(String, String)>,
+    target: String,
+}
+
+fn memo_key(sandbox_id: &str) -> Result<String> {
+    let s = config::settings()?;
+    Ok(format!(
+        "endpoint:{}:{}:{}",
+        s.origin, s.use_server_proxy, sandbox_id
+    ))
+}
+
+/// A `scheme://endpoint` base URL for an endpoint the server returned.
+pub fn endpoint_url(endpoint: &Endpoint) -> Result<String> {
+    let s = config::settings()?;
+    let e = endpoint.endpoint.trim_end_matches('/');
+    if e.is_empty() || e.contains("://") && !e.starts_with("http") {
+        return Err(error::upstream(format!(
+            "the server returned an unusable endpoint `{e}`"
+        )));
+    }
+    Ok(if e.starts_with("http://") || e.starts_with("https://") {
+        e.to_string()
+    } else {
+        format!("{}://{e}", s.origin.scheme)
+    })
+}
+
+impl Execd {
+    /// Resolves the sandbox's execd, from the memo when possible.
+    pub fn connect(sandbox_id: &str) -> Result<Execd> {
+        check_id("sandbox", sandbox_id)?;
+        let key = memo_key(sandbox_id)?;
+        let endpoint = match memo::get(&key).and_then(|v| serde_json::from_str::<Endpoint>(&v).ok())
+        {
+            Some(endpoint) => endpoint,
+            None => Self::resolve(sandbox_id, &key)?,
+        };
+        Execd::from_endpoint(sandbox_id, &endpoint)
+    }
+
+    fn resolve(sandbox_id: &str, key: &str) -> Result<Endpoint> {
+        let settings = config::settings()?;
+        let endpoint =
+            Lifecycle::new()?.endpoint(sandbox_id, EXECD_PORT, settings.use_server_proxy)?;
+        if let Ok(json) = serde_json::to_string(&endpoint) {
+            memo::put(key, &json, ENDPOINT_TTL_MS);
+        }
+        Ok(endpoint)
+    }
+
+    fn from_endpoint(sandbox_id: &str, endpoint: &Endpoint) -> Result<Execd> {
+        let settings = config::settings()?;
+        let mut headers: Vec<(String, String)> = endpoint
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        // The Python SDK sends the key to execd in proxy mode only (it then goes
+        // to the server); under epp-host the host adds it for the server's origin.
+        if settings.use_server_proxy {
+            if let Some(key) = &settings.api_key {
+                headers.push((API_KEY_HEADER.to_string(), key.clone()));
+            }
+        }
+        Ok(Execd {
+            sandbox_id: sandbox_id.to_string(),
+            base: endpoint_url(endpoint)?,
+            headers,
+            target: format!("sandbox {sandbox_id}"),
+        })
+    }
+
+    /// Drops the memoised endpoint (after pause, resume, kill or a failure).
+    pub fn forget(sandbox_id: &str) {
+        if let Ok(key) = memo_key(sandbox_id) {
+            memo::forget(&key);
+        }
+    }
+
+    /// `ws://…` or `wss://…` for a path.
+    pub fn ws_url(&self, path: &str) -> String {
+        let base = self
+            .base
+            .replacen("https://", "wss://", 1)
+            .replacen("http://", "ws://", 1);
+        format!("{base}{path}")
+    }
+
+    pub fn headers(&self) -> &[(String, String)] {
+        &self.headers
+    }
+
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// A request for `path_and_query` (starting with `/`).
+    pub fn request(&self, method: &'static str, path_and_query: &str) -> Result<Request> {
+        let url = Url::parse(&format!("{}{path_and_query}", self.base))
+            .map_err(|t| error::transport(t, &self.target))?;
+        Ok(Request::new(method, url).headers(&self.headers))
+    }
+
+    /// Sends a request with a small body; a refused connection means the memoised
+    /// endpoint may be stale, so it is resolved again and the request retried once
+    /// (a refused connection never reached execd, so this is safe for any method).
+    pub fn send(
+        &mut self,
+        build: impl Fn(&Execd) -> Result<Request>,
+        body: &[u8],
+    ) -> Result<Response> {
+        match build(self)?.send(body) {
+            Ok(resp) => Ok(resp),
+            Err(Transport::Refused(_)) | Err(Transport::Broken(_)) if self.refresh()? => {
+                build(self)?
+                    .send(body)
+                    .map_err(|t| error::transport(t, &self.target))
+            }
+            Err(t) => Err(error::transport(t, &self.target)),
+        }
+    }
+
+    /// Re-resolves the endpoint; true if it changed (worth a retry).
+    fn refresh(&mut self) -> Result<bool> {
+        let key = memo_key(&self.sandbox_id)?;
+        memo::forget(&key);
+        let endpoint = Self::resolve(&self.sandbox_id, &key)?;
+        let fresh = Execd::from_endpoint(&self.sandbox_id, &endpoint)?;
+        let changed = fresh.base != self.base || fresh.headers != self.headers;
+        *self = fresh;
+        Ok(changed)
+    }
+
+    /// Turns a non-2xx answer into an error about `subject`.
+    pub fn check(&self, resp: Response, subject: &str) -> Result<Response> {
+        if (200..300).contains(&resp.status) {
+            return Ok(resp);
+        }
+        let status = resp.status;
+        let body = resp.read_all(64 * 1024).unwrap_or_default();
+        Err(error::status(status, &body, &self.target, subject))
+    }
+
+    /// Reads a JSON answer.
+    pub fn json<T: serde::de::DeserializeOwned>(&self, resp: Response, subject: &str) -> Result<T> {
+        let body = resp
+            .read_all(64 << 20)
+            .map_err(|t| error::broken_body(t, &self.target))?;
+        serde_json::from_slice(&body).map_err(|e| {
+            error::upstream(format!(
+                "{} sent an unexpected answer about {subject} ({e})",
+                self.target
+            ))
+        })
+    }
+
+    /// Whether execd answers `GET /ping` with 2xx right now. 401/403 are errors.
+    pub fn ping(&self) -> Result<bool> {
+        let req = self
+            .request("GET", "/ping")?
+            .timeouts(crate::http::Timeouts {
+                connect: std::time::Duration::from_secs(2),
+                first_byte: std::time::Duration::from_secs(3),
+                between_bytes: std::time::Duration::from_secs(3),
+            });
+        match req.send(&[]) {
+            Ok(resp) if (200..300).contains(&resp.status) => Ok(true),
+            Ok(resp) if resp.status == 401 || resp.status == 403 => {
+                let status = resp.status;
+                let body = resp.read_all(4096).unwrap_or_default();
+                Err(error::status(
+                    status,
+                    &body,
+                    &self.target,
+                    "the sandbox's execd",
+                ))
+            }
+            Ok(_) => Ok(false),
+            Err(Transport::Denied) => Err(error::transport(Transport::Denied, &self.target)),
+            Err(_) => Ok(false),
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! The OpenSandbox provider for EPP/1, as a WebAssembly component.
+//!
+//! Each `infra` function delegates to the module of its capability; those talk
+//! to the OpenSandbox lifecycle server (`lifecycle`) and to each sandbox's execd
+//! (`execd`) through `wasi:http` (`http`) and the host's `websocket`.
+
+mod bindings;
+mod commands;
+mod config;
+mod error;
+mod execd;
+mod files;
+mod http;
+mod lifecycle;
+mod models;
+mod ports;
+mod process;
+mod pty;
+mod sandbox;
+mod sse;
+mod time;
+mod unsupported;
+
+use bindings::abx::epp::types::{Capability, EppError, ProviderInfo, Setting};
+use bindings::exports::abx::epp::infra::{
+    self, ByteRange, CodeRequest, CodeResult, CommandLogs, CommandRequest, CommandStatus,
+    CreateRequest, FileInfo, Guest, ListRequest, MountRequest, PortUrl, ProcessInfo, PtyRequest,
+    SandboxInfo, TemplateBuildRequest, TemplateInfo, TransferUrl,
+};
+use error::unsupported;
+
+/// Capabilities in EPP/1 order and whether this provider implements them.
+pub const CAPABILITIES: &[(&str, bool)] = &[
+    ("sandbox.lifecycle", true),
+    ("sandbox.timeout", true),
+    ("sandbox.pause", true),
+    ("exec.run", true),
+    ("exec.stream", true),
+    ("process.manage", true),
+    ("pty", true),
+    ("files.rw", true),
+    ("ports.url", true),
+    ("files.watch", false),
+    ("files.transfer", false),
+    ("code.interpret", false),
+    ("templates.read", false),
+    ("templates.build", false),
+    ("ports.domain", false),
+    ("storage.mount", false),
+    ("network.vpc", false),
+    ("sessions", false),
+];
+
+struct Provider;
+
+type R<T> = Result<T, EppError>;
+
+impl Guest for Provider {
+    type CommandStream = commands::CommandStream;
+    type PtyStream = pty::PtyStream;
+    type FileReader = files::FileReader;
+    type FileWriter = files::FileWriter;
+    type WatchStream = unsupported::WatchStream;
+
+    fn describe() -> ProviderInfo {
+        ProviderInfo {
+            id: "opensandbox".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            capabilities: CAPABILITIES
+                .iter()
+                .map(|(name, supported)| Capability {
+                    name: name.to_string(),
+                    supported: *supported,
+                })
+                .collect(),
+            settings: opensandbox_settings::SETTINGS
+                .iter()
+                .map(|s| Setting {
+                    name: s.name.into(),
+                    env: s.env.iter().map(|e| e.to_string()).collect(),
+                    default_value: s.default.map(str::to_string),
+                    secret: s.secret,
+                    description: s.description.into(),
+                })
+                .collect(),
+        }
+    }
+
+    fn sandbox_create(req: CreateRequest) -> R<SandboxInfo> {
+        sandbox::create(req)
+    }
+    fn sandbox_connect(sandbox_id: String) -> R<SandboxInfo> {
+        sandbox::connect(&sandbox_id)
+    }
+    fn sandbox_get_info(sandbox_id: String) -> R<SandboxInfo> {
+        sandbox::get_info(&sandbox_id)
+    }
+    fn sandbox_list(req: ListRequest) -> R<Vec<SandboxInfo>> {
+        sandbox::list(req)
+    }
+    fn sandbox_kill(sandbox_id: String) -> R<()> {
+        sandbox::kill(&sandbox_id)
+    }
+    fn sandbox_set_timeout(sandbox_id: String, timeout: u32) -> R<String> {
+        sandbox::set_timeout(&sandbox_id, timeout)
+    }
+    fn sandbox_pause(sandbox_id: String) -> R<()> {
+        sandbox::pause(&sandbox_id)
+    }
+    fn sandbox_resume(sandbox_id: String) -> R<SandboxInfo> {
+        sandbox::resume(&sandbox_id)
+    }
+
+    fn commands_run(req: CommandRequest) -> R<infra::CommandStream> {
+        commands::run(req).map(infra::CommandStream::new)
+    }
+    fn commands_start(req: CommandRequest) -> R<String> {
+        commands::start_background(req)
+    }
+    fn commands_kill(sandbox_id: String, command_id: String) -> R<()> {
+        commands::kill(&sandbox_id, &command_id)
+    }
+    fn commands_status(sandbox_id: String, command_id: String) -> R<CommandStatus> {
+        commands::status(&sandbox_id, &command_id)
+    }
+    fn commands_logs(
+        sandbox_id: String,
+        command_id: String,
+        cursor: Option<u64>,
+    ) -> R<CommandLogs> {
+        commands::logs(&sandbox_id, &command_id, cursor)
+    }
+
+    fn process_list(sandbox_id: String) -> R<Vec<ProcessInfo>> {
+        process::list(&sandbox_id)
+    }
+    fn process_signal(sandbox_id: String, pid: u32, signal: String) -> R<()> {
+        process::signal(&sandbox_id, pid, &signal)
+    }
+    fn commands_send_input(_: String, _: String, _: Vec<u8>) -> R<()> {
+        Err(unsupported(
+            "commands.send_input",
+            "OpenSandbox's /command API has no stdin; use pty.create for interactive programs",
+        ))
+    }
+
+    fn pty_create(req: PtyRequest) -> R<(String, infra::PtyStream)> {
+        pty::create(req).map(|(id, stream)| (id, infra::PtyStream::new(stream)))
+    }
+    fn pty_send_input(sandbox_id: String, pty_id: String, data: Vec<u8>) -> R<()> {
+        pty::send_input(&sandbox_id, &pty_id, data)
+    }
+    fn pty_resize(sandbox_id: String, pty_id: String, cols: u16, rows: u16) -> R<()> {
+        pty::resize(&sandbox_id, &pty_id, cols, rows)
+    }
+    fn pty_kill(sandbox_id: String, pty_id: String) -> R<()> {
+        pty::kill(&sandbox_id, &pty_id)
+    }
+
+    fn files_read(
+        sandbox_id: String,
+        path: String,
+        range: Option<ByteRange>,
+    ) -> R<infra::FileReader> {
+        files::read(&sandbox_id, &path, range).map(infra::FileReader::new)
+    }
+    fn files_write(
+        sandbox_id: String,
+        path: String,
+        size: u64,
+        mode: Option<u32>,
+    ) -> R<infra::FileWriter> {
+        files::write(&sandbox_id, &path, size, mode).map(infra::FileWriter::new)
+    }
+    fn files_list(sandbox_id: String, path: String, depth: u32) -> R<Vec<FileInfo>> {
+        files::list(&sandbox_id, &path, depth)
+    }
+    fn files_get_info(sandbox_id: String, path: String) -> R<FileInfo> {
+        files::get_info(&sandbox_id, &path)
+    }
+    fn files_exists(sandbox_id: String, path: String) -> R<bool> {
+        files::exists(&sandbox_id, &path)
+    }
+    fn files_make_dir(sandbox_id: String, path: String) -> R<bool> {
+        files::make_dir(&sandbox_id, &path)
+    }
+    fn files_remove(sandbox_id: String, path: String) -> R<()> {
+        files::remove(&sandbox_id, &path)
+    }
+    fn files_rename(sandbox_id: String, old_path: String, new_path: String) -> R<FileInfo> {
+        files::rename(&sandbox_id, &old_path, &new_path)
+    }
+
+    fn ports_url(sandbox_id: String, port: u16) -> R<PortUrl> {
+        ports::url(&sandbox_id, port)
+    }
+
+    fn files_watch(_: String, _: String, _: bool) -> R<infra::WatchStream> {
+        Err(unsupported::capability("files.watch"))
+    }
+    fn files_upload_url(_: String, _: String) -> R<TransferUrl> {
+        Err(unsupported::capability("files.upload_url"))
+    }
+    fn files_download_url(_: String, _: String) -> R<TransferUrl> {
+        Err(unsupported::capability("files.download_url"))
+    }
+    fn code_run(_: CodeRequest) -> R<CodeResult> {
+        Err(unsupported::capability("code.run"))
+    }
+    fn code_create_context(_: String, _: Option<String>, _: Option<String>) -> R<String> {
+        Err(unsupported::capability("code.create_context"))
+    }
+    fn templates_list() -> R<Vec<TemplateInfo>> {
+        Err(unsupported::capability("templates.list"))
+    }
+    fn templates_get(_: String) -> R<TemplateInfo> {
+        Err(unsupported::capability("templates.get"))
+    }
+    fn templates_build(_: TemplateBuildRequest) -> R<TemplateInfo> {
+        Err(unsupported::capability("templates.build"))
+    }
+    fn ports_domain(_: String, _: u16, _: String) -> R<PortUrl> {
+        Err(unsupported::capability("ports.domain"))
+    }
+    fn storage_mount(_: MountRequest) -> R<()> {
+        Err(unsupported::capability("storage.mount"))
+    }
+    fn storage_unmount(_: String, _: String) -> R<()> {
+        Err(unsupported::capability("storage.unmount"))
+    }
+    fn network_vpc_attach(_: String, _: String) -> R<()> {
+        Err(unsupported::capability("network.vpc_attach"))
+    }
+    fn network_vpc_detach(_: String, _: String) -> R<()> {
+        Err(unsupported::capability("network.vpc_detach"))
+    }
+    fn sessions_create(_: String, _: Option<String>) -> R<String> {
+        Err(unsupported::capability("sessions.create"))
+    }
+    fn sessions_run(_: String, _: String, _: String, _: Option<u64>) -> R<infra::CommandStream> {
+        Err(unsupported::capability("sessions.run"))
+    }
+    fn sessions_close(_: String, _: String) -> R<()> {
+        Err(unsupported::capability("sessions.close"))
+    }
+}
+
+bindings::export!(Provider with_types_in bindings);

@@ -1,0 +1,180 @@
+//! HTTP bodies of the OpenSandbox lifecycle and execd APIs, as serde types
+//! (the wire side; `convert` functions in the capability modules turn them into
+//! WIT types).
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Serialize)]
+pub struct ImageAuth {
+    pub username: String,
+    pub password: String,
+}
+
+#[derive(Serialize)]
+pub struct ImageSpec {
+    pub uri: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<ImageAuth>,
+}
+
+#[derive(Serialize)]
+pub struct PlatformSpec {
+    pub os: &'static str,
+    pub arch: &'static str,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateSandboxRequest {
+    pub image: ImageSpec,
+    pub entrypoint: Vec<String>,
+    /// Seconds; absent = never expires.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u32>,
+    pub resource_limits: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub platform: Option<PlatformSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network_policy: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub secure_access: bool,
+}
+
+#[derive(Deserialize, Debug, Default)]
+pub struct ImageOut {
+    pub uri: Option<String>,
+}
+
+#[derive(Deserialize, Debug, Default)]
+pub struct Status {
+    #[serde(default)]
+    pub state: String,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct Sandbox {
+    pub id: String,
+    pub image: Option<ImageOut>,
+    #[serde(default)]
+    pub status: Status,
+    pub metadata: Option<BTreeMap<String, String>>,
+    pub expires_at: Option<String>,
+    pub created_at: Option<String>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct Pagination {
+    #[serde(default)]
+    pub has_next_page: bool,
+}
+
+#[derive(Deserialize, Debug)]
+pub struct SandboxList {
+    #[serde(default)]
+    pub items: Vec<Sandbox>,
+    pub pagination: Option<Pagination>,
+}
+
+#[derive(Deserialize, Debug, Clone, Serialize)]
+pub struct Endpoint {
+    pub endpoint: String,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RenewRequest {
+    pub expires_at: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RenewResponse {
+    pub expires_at: String,
+}
+
+/// `POST /command` body.
+#[derive(Serialize)]
+pub struct RunCommand<'a> {
+    pub command: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<&'a str>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub background: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub envs: BTreeMap<&'a str, &'a str>,
+}
+
+#[derive(Deserialize, Debug, Default)]
+pub struct ExecErrorBody {
+    #[serde(default)]
+    pub ename: String,
+    #[serde(default)]
+    pub evalue: String,
+    #[serde(default)]
+    pub traceback: Vec<String>,
+}
+
+/// One event of execd's command stream.
+#[derive(Deserialize, Debug)]
+pub struct ExecEvent {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: Option<String>,
+    pub error: Option<ExecErrorBody>,
+}
+
+#[derive(Deserialize, Debug)]
+pub struct CommandStatus {
+    pub id: Option<String>,
+    #[serde(default)]
+    pub running: bool,
+    pub exit_code: Option<i32>,
+    pub error: Option<String>,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+}
+
+/// execd's FileInfo; `mode` is an int whose decimal digits are the octal permission.
+#[derive(Deserialize, Debug, Clone)]
+pub struct ExecdFileInfo {
+    pub path: String,
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub size: u64,
+    pub modified_at: Option<String>,
+    pub owner: Option<String>,
+    pub group: Option<String>,
+    #[serde(default)]
+    pub mode: u32,
+}
+
+#[derive(Serialize)]
+pub struct UploadMetadata<'a> {
+    pub path: &'a str,
+    pub mode: u32,
+}
+
+#[derive(Serialize)]
+pub struct Move<'a> {
+    pub src: &'a str,
+    pub dest: &'a str,
+}
+
+#[derive(Deserialize)]
+pub struct PtyCreated {
+    pub session_id: String,
+}

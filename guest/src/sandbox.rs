@@ -1,0 +1,312 @@
+//! sandbox.lifecycle, sandbox.timeout and sandbox.pause.
+
+use crate::bindings::exports::abx::epp::infra::{CreateRequest, ListRequest, SandboxInfo};
+use crate::config;
+use crate::error::{self, Result, conflict, invalid};
+use crate::execd::Execd;
+use crate::lifecycle::Lifecycle;
+use crate::models::{CreateSandboxRequest, ImageAuth, ImageSpec, PlatformSpec, Sandbox};
+use crate::time::{monotonic_ms, now_unix, rfc3339, sleep_ms};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// EPP's default lifetime of a sandbox, in seconds.
+const DEFAULT_TIMEOUT: u32 = 300;
+/// OpenSandbox's shortest lifetime.
+const MIN_TIMEOUT: u32 = 60;
+/// How often readiness is polled (the SDK uses 200 ms).
+const POLL_MS: u64 = 200;
+
+/// Converts the server's sandbox into EPP's.
+pub fn info(sandbox: Sandbox, image_hint: Option<&str>) -> Result<SandboxInfo> {
+    let settings = config::settings()?;
+    let image = sandbox
+        .image
+        .and_then(|i| i.uri)
+        .or_else(|| image_hint.map(str::to_string));
+    Ok(SandboxInfo {
+        template: image
+            .as_deref()
+            .map(|i| settings.template_for(i))
+            .unwrap_or_default(),
+        image,
+        sandbox_id: sandbox.id,
+        state: sandbox.status.state.to_ascii_lowercase(),
+        metadata: sandbox.metadata.unwrap_or_default().into_iter().collect(),
+        created_at: sandbox.created_at,
+        expires_at: sandbox.expires_at,
+    })
+}
+
+/// The server's state names are capitalised (`Running`).
+fn server_state(state: &str) -> String {
+    let mut chars = state.trim().chars();
+    match chars.next() {
+        Some(first) => {
+            first.to_ascii_uppercase().to_string() + &chars.as_str().to_ascii_lowercase()
+        }
+        None => String::new(),
+    }
+}
+
+fn request(req: &CreateRequest) -> Result<(CreateSandboxRequest, String)> {
+    let settings = config::settings()?;
+    let template = req.template.as_deref().unwrap_or("base");
+    let Some(image) = settings.image_for(template) else {
+        let names: Vec<&str> = std::iter::once("base")
+            .chain(settings.image_aliases.keys().map(String::as_str))
+            .collect();
+        return Err(invalid(format!(
+            "unknown template `{template}`; use one of {} or an image URI such as python:3.12-slim \
+             (more names: ABX_OPENSANDBOX_IMAGE_ALIASES)",
+            names.join(", ")
+        )));
+    };
+    let timeout = match req.timeout.unwrap_or(DEFAULT_TIMEOUT) {
+        0 => None,
+        t if t < MIN_TIMEOUT => {
+            return Err(invalid(format!(
+                "timeout {t} s is too short: OpenSandbox sandboxes live at least {MIN_TIMEOUT} s (0 = never expire)"
+            )));
+        }
+        t => Some(t),
+    };
+    let entrypoint = match &req.entrypoint {
+        Some(ep) if ep.is_empty() || ep[0].is_empty() => {
+            return Err(invalid(
+                "`entrypoint` is empty; give the program first, e.g. [\"sleep\", \"infinity\"]",
+            ));
+        }
+        Some(ep) => ep.clone(),
+        None => settings.entrypoint_for(&image),
+    };
+    let mut limits = BTreeMap::from([
+        ("cpu".to_string(), "1".to_string()),
+        ("memory".to_string(), "2Gi".to_string()),
+    ]);
+    if let Some(r) = &req.resources {
+        if let Some(cpu) = &r.cpu {
+            limits.insert("cpu".into(), cpu.clone());
+        }
+        if let Some(memory) = &r.memory {
+            limits.insert("memory".into(), memory.clone());
+        }
+    }
+    let network_policy = match &settings.network_policy {
+        Some(p) => Some(
+            serde_json::from_str(p)
+                .map_err(|e| invalid(format!("ABX_OPENSANDBOX_NETWORK_POLICY: {e}")))?,
+        ),
+        None => None,
+    };
+    let body = CreateSandboxRequest {
+        image: ImageSpec {
+            uri: image.clone(),
+            auth: settings.registry_auth.as_ref().map(|a| ImageAuth {
+                username: a.username.clone(),
+                password: a.password.clone(),
+            }),
+        },
+        entrypoint,
+        timeout,
+        resource_limits: limits,
+        env: req.env.iter().cloned().collect(),
+        metadata: req.metadata.iter().cloned().collect(),
+        platform: settings.platform.map(|p| PlatformSpec {
+            os: p.os,
+            arch: p.arch,
+        }),
+        network_policy,
+        secure_access: settings.secure_access,
+    };
+    Ok((body, image))
+}
+
+/// Waits until the sandbox answers: endpoint resolved and `/ping` 2xx, failing
+/// fast when the server says it failed. Returns a description of the last state
+/// seen when time runs out.
+fn wait_ready(
+    lifecycle: &Lifecycle,
+    id: &str,
+    budget_ms: u64,
+) -> Result<std::result::Result<(), String>> {
+    let deadline = monotonic_ms() + budget_ms;
+    let mut last;
+    let mut polls = 0u32;
+    Execd::forget(id);
+    loop {
+        match Execd::connect(id) {
+            Ok(execd) => {
+                if execd.ping()? {
+                    return Ok(Ok(()));
+                }
+                last = "execd does not answer /ping yet".into();
+            }
+            Err(e)
+                if e.http_status == Some(404)
+                    && e.upstream_code.as_deref() != Some("KUBERNETES::POD_IP_NOT_AVAILABLE") =>
+            {
+                return Err(e);
+            }
+            Err(e) if e.http_status.is_some_and(|s| s != 404) => return Err(e),
+            Err(e) => last = e.message,
+        }
+        // Every few polls, ask the server whether the sandbox gave up.
+        polls += 1;
+        if polls % 5 == 0 {
+            let sandbox = lifecycle.get(id)?;
+            let state = sandbox.status.state.clone();
+            if matches!(state.as_str(), "Failed" | "Terminated") {
+                return Err(error::upstream(format!(
+                    "sandbox {id} is {state}: {}",
+                    sandbox
+                        .status
+                        .message
+                        .or(sandbox.status.reason)
+                        .unwrap_or_default()
+                )));
+            }
+            last = format!("state {state}, {last}");
+        }
+        if monotonic_ms() >= deadline {
+            Execd::forget(id);
+            return Ok(Err(last));
+        }
+        sleep_ms(POLL_MS.min(deadline.saturating_sub(monotonic_ms()).max(1)));
+    }
+}
+
+fn ready_budget(ready_timeout: Option<u32>) -> Result<u64> {
+    let secs = match ready_timeout {
+        Some(0) => return Err(invalid("`ready_timeout` must be at least 1 second")),
+        Some(s) => s,
+        None => config::settings()?.ready_timeout,
+    };
+    Ok(u64::from(secs) * 1000)
+}
+
+pub fn create(req: CreateRequest) -> Result<SandboxInfo> {
+    let (body, image) = request(&req)?;
+    let budget = ready_budget(req.ready_timeout)?;
+    let lifecycle = Lifecycle::new()?;
+    // The server pulls the image inside this call: give it the readiness budget
+    // and at least five minutes.
+    let wait = Duration::from_millis(budget).max(Duration::from_secs(300));
+    let created = lifecycle.create(&body, wait)?;
+    let id = created.id.clone();
+    if matches!(created.status.state.as_str(), "Failed" | "Terminated") {
+        let _ = lifecycle.delete(&id);
+        return Err(error::upstream(format!(
+            "sandbox {id} could not start ({}: {}); it was deleted",
+            created.status.reason.unwrap_or_default(),
+            created.status.message.unwrap_or_default()
+        )));
+    }
+    match wait_ready(&lifecycle, &id, budget) {
+        Ok(Ok(())) => {}
+        Ok(Err(last)) => {
+            let _ = lifecycle.delete(&id);
+            return Err(error::timed_out(format!(
+                "sandbox {id} was not ready within {} s (last seen: {last}); it was deleted. \
+                 Raise ready_timeout or ABX_OPENSANDBOX_READY_TIMEOUT if images are slow to start",
+                budget / 1000
+            )));
+        }
+        Err(e) => {
+            let _ = lifecycle.delete(&id);
+            return Err(e);
+        }
+    }
+    let fresh = lifecycle.get(&id).unwrap_or(created);
+    info(fresh, Some(&image))
+}
+
+pub fn connect(id: &str) -> Result<SandboxInfo> {
+    let lifecycle = Lifecycle::new()?;
+    let sandbox = lifecycle.get(id)?;
+    // Like E2B, connecting to a paused sandbox resumes it.
+    if sandbox.status.state == "Paused" {
+        return resume(id);
+    }
+    if !matches!(
+        sandbox.status.state.as_str(),
+        "Running" | "Pending" | "Resuming"
+    ) {
+        return Err(conflict(format!(
+            "sandbox {id} is {} and cannot be connected to",
+            sandbox.status.state
+        )));
+    }
+    ensure_ready(&lifecycle, id, None)?;
+    info(lifecycle.get(id)?, None)
+}
+
+fn ensure_ready(lifecycle: &Lifecycle, id: &str, ready_timeout: Option<u32>) -> Result<()> {
+    let budget = ready_budget(ready_timeout)?;
+    match wait_ready(lifecycle, id, budget)? {
+        Ok(()) => Ok(()),
+        Err(last) => Err(error::timed_out(format!(
+            "sandbox {id} did not answer within {} s (last seen: {last})",
+            budget / 1000
+        ))),
+    }
+}
+
+pub fn get_info(id: &str) -> Result<SandboxInfo> {
+    info(Lifecycle::new()?.get(id)?, None)
+}
+
+pub fn list(req: ListRequest) -> Result<Vec<SandboxInfo>> {
+    let lifecycle = Lifecycle::new()?;
+    let states: Vec<String> = req.states.iter().map(|s| server_state(s)).collect();
+    let mut out = Vec::new();
+    for page in 1..=10_000 {
+        let list = lifecycle.list(&states, &req.metadata, page)?;
+        let more =
+            list.pagination.as_ref().is_some_and(|p| p.has_next_page) && !list.items.is_empty();
+        for sandbox in list.items {
+            out.push(info(sandbox, None)?);
+        }
+        if !more {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+pub fn kill(id: &str) -> Result<()> {
+    let result = Lifecycle::new()?.delete(id);
+    Execd::forget(id);
+    result
+}
+
+pub fn set_timeout(id: &str, timeout: u32) -> Result<String> {
+    if timeout == 0 {
+        return Err(invalid("`timeout` must be at least 1 second from now"));
+    }
+    Lifecycle::new()?.renew(id, rfc3339(now_unix() + u64::from(timeout)))
+}
+
+pub fn pause(id: &str) -> Result<()> {
+    let result = Lifecycle::new()?.pause(id);
+    Execd::forget(id);
+    result
+}
+
+pub fn resume(id: &str) -> Result<SandboxInfo> {
+    let lifecycle = Lifecycle::new()?;
+    lifecycle.resume(id)?;
+    // The endpoint may change after a resume (Kubernetes): resolve it again.
+    Execd::forget(id);
+    ensure_ready(&lifecycle, id, None)?;
+    info(lifecycle.get(id)?, None)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn states() {
+        assert_eq!(super::server_state("running"), "Running");
+        assert_eq!(super::server_state("PAUSED"), "Paused");
+    }
+}

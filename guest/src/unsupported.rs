@@ -1,0 +1,49 @@
+//! Capabilities OpenSandbox cannot provide. Each answers E8004 at once, without
+//! any I/O, saying what to use instead.
+
+use crate::bindings::abx::epp::types::EppError;
+use crate::bindings::exports::abx::epp::infra::{FileEvent, GuestWatchStream};
+use crate::error::unsupported;
+
+/// Why each unsupported method is missing, and what to use instead.
+fn reason(method: &str) -> &'static str {
+    match method {
+        "files.watch" => "execd has no file-change events; poll files.list or files.get_info",
+        "files.upload_url" | "files.download_url" => {
+            "OpenSandbox has no pre-signed transfer URLs; use files.write and files.read"
+        }
+        "code.run" | "code.create_context" => {
+            "this provider does not drive the code-interpreter's Jupyter API; run code with commands.run"
+        }
+        "templates.list" | "templates.get" => {
+            "OpenSandbox has no template registry; templates are image names (see ABX_OPENSANDBOX_IMAGE_ALIASES)"
+        }
+        "templates.build" => {
+            "OpenSandbox does not build images; build and push an image, then use its URI as the template"
+        }
+        "ports.domain" => "OpenSandbox has no custom domains per port; use ports.url",
+        "storage.mount" | "storage.unmount" => {
+            "volumes can only be declared when the server creates a sandbox, not mounted later"
+        }
+        "network.vpc_attach" | "network.vpc_detach" => {
+            "OpenSandbox has no VPC attachment; use ABX_OPENSANDBOX_NETWORK_POLICY for egress rules"
+        }
+        "sessions.create" | "sessions.run" | "sessions.close" => {
+            "persistent shell sessions are not offered by this provider; pass cwd and envs to commands.run, or use pty"
+        }
+        _ => "not available in OpenSandbox",
+    }
+}
+
+pub fn capability(method: &str) -> EppError {
+    unsupported(method, reason(method))
+}
+
+/// Never constructed: `files.watch` is unsupported.
+pub struct WatchStream;
+
+impl GuestWatchStream for WatchStream {
+    fn next(&self) -> Result<Option<FileEvent>, EppError> {
+        Err(capability("files.watch"))
+    }
+}

@@ -1,0 +1,144 @@
+//! Command line of `epp-host`.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// A small, strict host for EPP/1 provider components.
+///
+/// It verifies the component's signature, runs it in wasmtime with no filesystem,
+/// no sockets and only its own settings in its environment, and serves EPP/1
+/// (JSON-RPC 2.0, one message per line) on stdin/stdout. All outbound HTTP and
+/// WebSocket traffic passes its network policy; the API key stays on this side.
+#[derive(Debug, Parser)]
+#[command(name = "epp-host", version, about, long_about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve EPP/1 on stdin/stdout until end of input or `epp.shutdown`.
+    Run {
+        /// The provider component (.wasm).
+        wasm: PathBuf,
+        #[command(flatten)]
+        host: HostArgs,
+    },
+    /// Send one request, print the result (and streaming notifications) and exit
+    /// non-zero on error.
+    Call {
+        /// The provider component (.wasm).
+        wasm: PathBuf,
+        /// EPP method, e.g. `sandbox.list`.
+        method: String,
+        /// Params as a JSON object (default `{}`).
+        params: Option<String>,
+        #[command(flatten)]
+        host: HostArgs,
+    },
+    /// Show a component's signature status, signer key id, WIT world, imports,
+    /// exports and declared capabilities.
+    Inspect {
+        /// The provider component (.wasm).
+        wasm: PathBuf,
+        #[command(flatten)]
+        trust: TrustArgs,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create an Ed25519 key pair for signing components.
+    Keygen {
+        /// Where to write the secret key (created with mode 0600).
+        #[arg(long, short = 'k')]
+        secret_key: PathBuf,
+        /// Where to write the public key.
+        #[arg(long, short = 'K')]
+        public_key: PathBuf,
+    },
+    /// Add a signature to a component (existing signatures are kept, so a
+    /// component can carry the current and the next release key).
+    Sign {
+        /// Component to sign.
+        input: PathBuf,
+        /// Signed component to write.
+        #[arg(long, short = 'o')]
+        output: PathBuf,
+        /// Secret key file.
+        #[arg(long, short = 'k')]
+        secret_key: PathBuf,
+        /// Public key file; its id is recorded in the signature.
+        #[arg(long, short = 'K')]
+        public_key: Option<PathBuf>,
+    },
+    /// Check that a component is signed by one of the trusted keys.
+    Verify {
+        /// Component to check.
+        wasm: PathBuf,
+        #[command(flatten)]
+        trust: TrustArgs,
+    },
+}
+
+/// Which signers to trust.
+#[derive(Debug, Args, Clone, Default)]
+pub struct TrustArgs {
+    /// A trusted public key file (repeatable).
+    #[arg(long = "trusted-key", value_name = "PATH")]
+    pub trusted_keys: Vec<PathBuf>,
+    /// A file listing trusted public key files, one path per line (`#` comments;
+    /// relative paths are relative to this file). Default:
+    /// `$XDG_CONFIG_HOME/epp-host/trusted-keys` when it exists.
+    #[arg(long, value_name = "PATH", env = "EPP_HOST_TRUST_FILE")]
+    pub trust_file: Option<PathBuf>,
+}
+
+/// Everything that shapes how a provider runs.
+#[derive(Debug, Args, Clone)]
+pub struct HostArgs {
+    #[command(flatten)]
+    pub trust: TrustArgs,
+    /// Run a component that is unsigned or not signed by a trusted key.
+    /// For development only; says so loudly on stderr.
+    #[arg(long)]
+    pub allow_unsigned: bool,
+    /// Directory for compiled components (default `$XDG_CACHE_HOME/epp-host`).
+    #[arg(long, value_name = "DIR", env = "EPP_HOST_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Compile the component at every start instead of caching it.
+    #[arg(long)]
+    pub no_cache: bool,
+    /// Another host the provider may reach: name, `*.domain`, `host:port`, IP or
+    /// CIDR (repeatable; adds to ABX_OPENSANDBOX_ALLOW_HOSTS).
+    #[arg(long = "allow-host", value_name = "HOST")]
+    pub allow_hosts: Vec<String>,
+    /// Another environment variable to hand to the provider (repeatable). The
+    /// provider's declared settings are passed already, except the API key.
+    #[arg(long = "pass-env", value_name = "NAME")]
+    pub pass_env: Vec<String>,
+    /// Linear memory cap per provider instance, in MiB.
+    #[arg(long, default_value_t = 256, value_name = "MIB")]
+    pub max_memory_mib: u64,
+    /// CPU time a single call into the provider may use, in milliseconds
+    /// (measured in 10 ms epoch ticks while WebAssembly runs).
+    #[arg(long, default_value_t = 30_000, value_name = "MS")]
+    pub cpu_budget_ms: u64,
+    /// Wall-clock limit per request, in seconds. `sandbox.create` gets at least its
+    /// ready_timeout + 60; `commands.run` uses its own timeout + 60, or none.
+    #[arg(long, default_value_t = 300, value_name = "SECS")]
+    pub call_timeout: u64,
+    /// Requests served at once; more are answered with E9001.
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    pub max_concurrent: usize,
+    /// Longest accepted input line, in bytes.
+    #[arg(long, default_value_t = 64 << 20, value_name = "BYTES")]
+    pub max_line_bytes: usize,
+    /// Output buffered for a non-streaming `commands.run`, in bytes; the rest is
+    /// dropped and `truncated: true` is set.
+    #[arg(long, default_value_t = 128 << 20, value_name = "BYTES")]
+    pub max_output_bytes: usize,
+    /// Seconds in-flight requests get to finish after end of input.
+    #[arg(long, default_value_t = 10, value_name = "SECS")]
+    pub shutdown_grace: u64,
+}

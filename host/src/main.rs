@@ -1,0 +1,173 @@
+//! `epp-host`: serves an EPP/1 provider component on stdio.
+
+mod cli;
+mod config;
+mod inspect;
+mod net;
+mod rpc;
+mod runtime;
+mod signing;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use cli::{Cli, Command, HostArgs};
+use rpc::methods::{self, CallCtx};
+use rpc::outbox::{Outbox, Terminal};
+use rpc::server::Server;
+use runtime::Runtime;
+use serde_json::{Map, Value};
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Keygen {
+            secret_key,
+            public_key,
+        } => signing::keygen(&secret_key, &public_key).map(|id| {
+            println!(
+                "key id {id}: secret key {}, public key {}",
+                secret_key.display(),
+                public_key.display()
+            );
+            ExitCode::SUCCESS
+        }),
+        Command::Sign {
+            input,
+            output,
+            secret_key,
+            public_key,
+        } => signing::sign(&input, &output, &secret_key, public_key.as_deref()).map(|id| {
+            println!(
+                "signed {} with key {id} -> {}",
+                input.display(),
+                output.display()
+            );
+            ExitCode::SUCCESS
+        }),
+        Command::Verify { wasm, trust } => verify(&wasm, &trust),
+        Command::Inspect { wasm, trust, json } => async_main(inspect::run(wasm, trust, json)),
+        Command::Run { wasm, host } => async_main(run(wasm, host)),
+        Command::Call {
+            wasm,
+            method,
+            params,
+            host,
+        } => async_main(call(wasm, method, params, host)),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("epp-host: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn async_main(fut: impl std::future::Future<Output = Result<ExitCode>>) -> Result<ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?
+        .block_on(fut)
+}
+
+fn verify(wasm: &Path, trust: &cli::TrustArgs) -> Result<ExitCode> {
+    let bytes = std::fs::read(wasm).with_context(|| format!("reading {}", wasm.display()))?;
+    let keys = signing::TrustedKeys::load(trust)?;
+    let status = signing::verify(&bytes, &keys);
+    println!("{}: {}", wasm.display(), status.describe());
+    Ok(match status {
+        signing::SignatureStatus::Trusted(_) => ExitCode::SUCCESS,
+        _ => ExitCode::from(1),
+    })
+}
+
+/// Reads, verifies and loads a component as `run` and `call` do.
+async fn load(wasm: &Path, host: &HostArgs) -> Result<Arc<Runtime>> {
+    let bytes = std::fs::read(wasm).with_context(|| format!("reading {}", wasm.display()))?;
+    signing::enforce(wasm, &bytes, &host.trust, host.allow_unsigned)?;
+    let options = config::load_options(host, bytes)?;
+    Ok(Arc::new(Runtime::load(options).await?))
+}
+
+async fn run(wasm: std::path::PathBuf, host: HostArgs) -> Result<ExitCode> {
+    let runtime = load(&wasm, &host).await?;
+    let (out, writer) = Outbox::wire(tokio::io::stdout());
+    let server = Server::new(runtime, out, config::serve_options(&host));
+    server.serve(tokio::io::stdin()).await;
+    drop(server);
+    // The writer ends once the last outbox clone is gone; don't wait forever on a
+    // stuck stdout.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), writer).await;
+    // stdin's reader thread may still be blocked in read(2): exit without waiting.
+    std::process::exit(0);
+}
+
+async fn call(
+    wasm: std::path::PathBuf,
+    method: String,
+    params: Option<String>,
+    host: HostArgs,
+) -> Result<ExitCode> {
+    let params: Map<String, Value> = match params.as_deref() {
+        None => Map::new(),
+        Some(text) => match serde_json::from_str(text) {
+            Ok(Value::Object(map)) => map,
+            Ok(_) => {
+                anyhow::bail!("params must be a JSON object, e.g. '{{\"sandbox_id\":\"...\"}}'")
+            }
+            Err(e) => anyhow::bail!("params are not valid JSON: {e}"),
+        },
+    };
+    let runtime = load(&wasm, &host).await?;
+    let terminal = Arc::new(Terminal::default());
+    let background = Arc::new(Mutex::new(tokio::task::JoinSet::new()));
+    let ctx = CallCtx {
+        runtime,
+        out: Outbox::Terminal(terminal.clone()),
+        id: Value::from(1),
+        max_output_bytes: host.max_output_bytes,
+        started: Mutex::new(None),
+        background: background.clone(),
+        answered: Mutex::new(Vec::new()),
+    };
+    let opts = config::serve_options(&host);
+    let work = async {
+        match methods::deadline(&method, &params, opts.call_timeout) {
+            Some(limit) => tokio::time::timeout(limit, methods::call(&ctx, &method, params))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(rpc::errors::RpcError::fault(format!("{method} timed out")))
+                }),
+            None => methods::call(&ctx, &method, params).await,
+        }
+    };
+    let result = tokio::select! {
+        r = work => r,
+        _ = tokio::signal::ctrl_c() => Err(rpc::errors::RpcError::cancelled()),
+    };
+    if result.is_err() {
+        ctx.abandon().await;
+    }
+    match result {
+        Ok(value) => {
+            println!("{}", serde_json::to_string_pretty(&value)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!(
+                "error {} ({}): {}",
+                e.epp_code().unwrap_or("?"),
+                e.code,
+                e.message
+            );
+            if e.data.len() > 1 {
+                eprintln!("{}", Value::Object(e.data.clone()));
+            }
+            Ok(ExitCode::from(1))
+        }
+    }
+}

@@ -1,0 +1,304 @@
+//! Outbound HTTP for the guest: every request passes the [`NetPolicy`] before a
+//! connection is made, host-owned headers are added here, and names are resolved
+//! by the host so a DNS answer pointing at a forbidden address is refused too.
+//!
+//! Connections are pooled (keep-alive) per destination; redirects are never
+//! followed (the guest sees the 3xx and decides, and every follow-up request is
+//! checked again).
+
+use super::policy::{Denied, Destination, NetPolicy, is_host_owned_header};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::dns::Name;
+use hyper_util::rt::TokioExecutor;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use wasmtime_wasi_http::{
+    DEFAULT_FORBIDDEN_HEADERS, Error as HttpError, ForbiddenHeaderFilter, RequestOptions, WasiBody,
+    WasiHttpHooks,
+};
+
+/// Longest time a connection attempt may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Upper bound for the guest's first-byte and between-bytes timeouts.
+const MAX_IO_TIMEOUT: Duration = Duration::from_secs(3600);
+
+type Connector = hyper_rustls::HttpsConnector<HttpConnector<CheckedResolver>>;
+
+/// Resolves names for the HTTP client and refuses answers the policy forbids.
+#[derive(Clone)]
+pub struct CheckedResolver {
+    policy: Arc<NetPolicy>,
+}
+
+impl tower_service::Service<Name> for CheckedResolver {
+    type Response = std::vec::IntoIter<SocketAddr>;
+    type Error = std::io::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, name: Name) -> Self::Future {
+        let policy = self.policy.clone();
+        Box::pin(async move {
+            let addrs = resolve_checked(&policy, name.as_str(), 0).await?;
+            Ok(addrs.into_iter())
+        })
+    }
+}
+
+/// Looks `host` up and checks every address; any forbidden address fails the whole
+/// lookup (a rebinding answer mixes good and bad addresses).
+pub async fn resolve_checked(
+    policy: &NetPolicy,
+    host: &str,
+    port: u16,
+) -> std::io::Result<Vec<SocketAddr>> {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let addrs: Vec<SocketAddr> = match host.parse() {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
+        Err(_) => tokio::net::lookup_host((host, port)).await?.collect(),
+    };
+    for addr in &addrs {
+        policy
+            .check_resolved(&host.to_ascii_lowercase(), addr.ip())
+            .map_err(|denied| {
+                std::io::Error::new(std::io::ErrorKind::PermissionDenied, DeniedError(denied))
+            })?;
+    }
+    Ok(addrs)
+}
+
+/// A policy denial carried through the HTTP client's error chain.
+#[derive(Debug)]
+pub struct DeniedError(pub Denied);
+
+impl std::fmt::Display for DeniedError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for DeniedError {}
+
+/// The pooled HTTP client shared by all stores.
+#[derive(Clone)]
+pub struct HttpClient {
+    client: Client<Connector, WasiBody>,
+    policy: Arc<NetPolicy>,
+}
+
+impl HttpClient {
+    pub fn new(policy: Arc<NetPolicy>) -> HttpClient {
+        let mut http = HttpConnector::new_with_resolver(CheckedResolver {
+            policy: policy.clone(),
+        });
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        http.set_nodelay(true);
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_webpki_roots()
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(64)
+            .build(https);
+        HttpClient { client, policy }
+    }
+
+    pub fn policy(&self) -> &Arc<NetPolicy> {
+        &self.policy
+    }
+}
+
+/// The `WasiHttpHooks` of one store.
+pub struct Outbound {
+    pub client: HttpClient,
+}
+
+fn forbidden(name: &http::HeaderName) -> bool {
+    DEFAULT_FORBIDDEN_HEADERS.contains(name) || is_host_owned_header(name.as_str())
+}
+
+impl WasiHttpHooks for Outbound {
+    fn is_forbidden_header(&mut self, name: &http::HeaderName) -> bool {
+        forbidden(name)
+    }
+
+    fn forbidden_header_filter(&mut self) -> ForbiddenHeaderFilter {
+        Arc::new(forbidden)
+    }
+
+    fn send_request(
+        &mut self,
+        mut request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        _fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+    ) -> Box<
+        dyn Future<
+                Output = Result<
+                    (
+                        http::Response<WasiBody>,
+                        Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+                    ),
+                    HttpError,
+                >,
+            > + Send,
+    > {
+        let uri = request.uri();
+        let decision = Destination::parse(
+            uri.scheme_str().unwrap_or("https"),
+            uri.authority().map(|a| a.as_str()).unwrap_or(""),
+        )
+        .and_then(|dest| self.client.policy.check(&dest).map(|grant| (dest, grant)));
+        let (dest, grant) = match decision {
+            Ok(ok) => ok,
+            Err(denied) => {
+                eprintln!("epp-host: denied outbound request: {denied}");
+                return Box::new(async { Err(HttpError::HttpRequestDenied) });
+            }
+        };
+        // Strip anything the guest managed to smuggle in, then add what the host owns.
+        let headers = request.headers_mut();
+        let owned: Vec<_> = headers
+            .keys()
+            .filter(|k| is_host_owned_header(k.as_str()))
+            .cloned()
+            .collect();
+        for name in owned {
+            headers.remove(name);
+        }
+        for (name, value) in grant.inject {
+            match http::HeaderValue::from_str(&value) {
+                Ok(mut v) => {
+                    v.set_sensitive(true);
+                    headers.insert(name, v);
+                }
+                Err(_) => {
+                    eprintln!("epp-host: the API key contains characters not allowed in a header");
+                    return Box::new(async { Err(HttpError::ConfigurationError) });
+                }
+            }
+        }
+        let first_byte = clamp(options.and_then(|o| o.first_byte_timeout));
+        let between_bytes = clamp(options.and_then(|o| o.between_bytes_timeout));
+        let client = self.client.client.clone();
+        Box::new(async move {
+            let response = match tokio::time::timeout(first_byte, client.request(request)).await {
+                Ok(Ok(response)) => response,
+                Ok(Err(err)) => return Err(map_client_error(&dest, err)),
+                Err(_) => return Err(HttpError::ConnectionReadTimeout),
+            };
+            let response =
+                response.map(|body| IdleTimeoutBody::new(body, between_bytes).boxed_unsync());
+            Ok((
+                response,
+                Box::new(async { Ok(()) }) as Box<dyn Future<Output = _> + Send>,
+            ))
+        })
+    }
+}
+
+fn clamp(timeout: Option<Duration>) -> Duration {
+    timeout.unwrap_or(MAX_IO_TIMEOUT).min(MAX_IO_TIMEOUT)
+}
+
+fn map_client_error(dest: &Destination, err: hyper_util::client::legacy::Error) -> HttpError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&err);
+    while let Some(e) = source {
+        if let Some(denied) = e.downcast_ref::<DeniedError>() {
+            eprintln!("epp-host: denied outbound request to {dest}: {denied}");
+            return HttpError::HttpRequestDenied;
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => HttpError::ConnectionRefused,
+                std::io::ErrorKind::TimedOut => HttpError::ConnectionTimeout,
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe => {
+                    HttpError::ConnectionTerminated
+                }
+                _ => HttpError::DestinationUnavailable,
+            };
+        }
+        if let Some(h) = e.downcast_ref::<hyper::Error>() {
+            if h.is_incomplete_message() || h.is_canceled() {
+                return HttpError::ConnectionTerminated;
+            }
+            return HttpError::HttpProtocolError;
+        }
+        source = e.source();
+    }
+    if err.is_connect() {
+        if err.to_string().contains("dns") {
+            return HttpError::DnsError {
+                rcode: Some(err.to_string()),
+                info_code: None,
+            };
+        }
+        return HttpError::ConnectionRefused;
+    }
+    HttpError::HttpProtocolError
+}
+
+/// A response body that fails when no data arrives for `timeout`.
+struct IdleTimeoutBody {
+    inner: hyper::body::Incoming,
+    timeout: Duration,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl IdleTimeoutBody {
+    fn new(inner: hyper::body::Incoming, timeout: Duration) -> Self {
+        IdleTimeoutBody {
+            inner,
+            timeout,
+            sleep: Box::pin(tokio::time::sleep(timeout)),
+        }
+    }
+}
+
+impl http_body::Body for IdleTimeoutBody {
+    type Data = Bytes;
+    type Error = HttpError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, HttpError>>> {
+        match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                let deadline = tokio::time::Instant::now() + self.timeout;
+                self.sleep.as_mut().reset(deadline);
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(err))) => Poll::Ready(Some(Err(if err.is_incomplete_message() {
+                HttpError::HttpResponseIncomplete
+            } else {
+                HttpError::from(err)
+            }))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => match self.sleep.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(HttpError::ConnectionReadTimeout))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,260 @@
+//! Serving EPP/1 on a line stream: requests run concurrently, each in its own
+//! provider instance; answers and notifications go through one writer; cancel,
+//! concurrency cap, per-request deadline and a graceful end of input.
+
+use super::errors::RpcError;
+use super::methods::{self, CallCtx};
+use super::outbox::Outbox;
+use super::wire::{Incoming, Line, LineReader, id_from_head, parse};
+use crate::runtime::Runtime;
+use serde_json::{Map, Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncRead, BufReader};
+use tokio::sync::{Notify, Semaphore, oneshot};
+
+/// How the server behaves; see `epp-host run --help`.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub max_line_bytes: usize,
+    pub max_concurrent: usize,
+    pub call_timeout: Duration,
+    pub shutdown_grace: Duration,
+    pub max_output_bytes: usize,
+}
+
+struct Inflight {
+    cancel: Option<oneshot::Sender<()>>,
+}
+
+/// State shared by the reader loop and the request tasks.
+pub struct Server {
+    runtime: Arc<Runtime>,
+    out: Outbox,
+    opts: ServeOptions,
+    inflight: Mutex<HashMap<String, Inflight>>,
+    /// Signalled whenever a request finishes.
+    finished: Notify,
+    slots: Arc<Semaphore>,
+    background: Arc<Mutex<tokio::task::JoinSet<()>>>,
+    shutdown: Notify,
+}
+
+/// The id as a map key: its JSON text, so `1` and `"1"` differ.
+fn id_key(id: &Value) -> String {
+    id.to_string()
+}
+
+impl Server {
+    pub fn new(runtime: Arc<Runtime>, out: Outbox, opts: ServeOptions) -> Arc<Server> {
+        Arc::new(Server {
+            runtime,
+            out,
+            slots: Arc::new(Semaphore::new(opts.max_concurrent)),
+            opts,
+            inflight: Mutex::new(HashMap::new()),
+            finished: Notify::new(),
+            background: Arc::new(Mutex::new(tokio::task::JoinSet::new())),
+            shutdown: Notify::new(),
+        })
+    }
+
+    /// Reads requests until end of input or `epp.shutdown`, then drains.
+    pub async fn serve<R: AsyncRead + Unpin>(self: &Arc<Self>, input: R) {
+        let mut reader = LineReader::new(
+            BufReader::with_capacity(1 << 16, input),
+            self.opts.max_line_bytes,
+        );
+        loop {
+            let line = tokio::select! {
+                line = reader.next() => line,
+                _ = self.shutdown.notified() => break,
+            };
+            match line {
+                Ok(Some(line)) => self.handle_line(line).await,
+                Ok(None) => break,
+                Err(e) => {
+                    eprintln!("epp-host: reading stdin failed: {e}; shutting down");
+                    break;
+                }
+            }
+        }
+        self.drain().await;
+    }
+
+    async fn handle_line(self: &Arc<Self>, line: Line) {
+        let bytes = match line {
+            Line::Complete(bytes) => bytes,
+            Line::TooLong { head, len } => {
+                let error = RpcError::invalid_request(format!(
+                    "the line is {len} bytes, more than this host accepts ({} bytes, --max-line-bytes); \
+                     send large files in parts",
+                    self.opts.max_line_bytes
+                ));
+                self.out.respond(id_from_head(&head), Err(error)).await;
+                return;
+            }
+        };
+        match parse(&bytes) {
+            Incoming::Request { id, method, params } => self.dispatch(id, method, params).await,
+            Incoming::Notification { method, params } => match method.as_str() {
+                "epp.cancel" => {
+                    self.cancel(&params);
+                }
+                "epp.shutdown" => self.shutdown.notify_one(),
+                _ => eprintln!(
+                    "epp-host: ignoring notification `{method}` (it has no id, so it gets no answer)"
+                ),
+            },
+            Incoming::Invalid { id, error } => self.out.respond(id, Err(error)).await,
+            Incoming::Response | Incoming::Empty => {}
+        }
+    }
+
+    /// Cancels the request named by `params.id`; true if it was in flight.
+    fn cancel(&self, params: &Map<String, Value>) -> Option<bool> {
+        let id = params.get("id")?;
+        let mut inflight = self.inflight.lock().expect("lock");
+        let cancelled = inflight
+            .get_mut(&id_key(id))
+            .and_then(|entry| entry.cancel.take())
+            .map(|tx| tx.send(()).is_ok())
+            .unwrap_or(false);
+        Some(cancelled)
+    }
+
+    async fn dispatch(self: &Arc<Self>, id: Value, method: String, params: Map<String, Value>) {
+        match method.as_str() {
+            "epp.cancel" => {
+                let answer = match self.cancel(&params) {
+                    Some(cancelled) => Ok(json!({"cancelled": cancelled})),
+                    None => Err(RpcError::invalid_params(
+                        "epp.cancel",
+                        "`id` (the request to cancel) is required",
+                    )),
+                };
+                return self.out.respond(id, answer).await;
+            }
+            "epp.shutdown" => {
+                self.out.respond(id, Ok(json!({}))).await;
+                self.shutdown.notify_one();
+                return;
+            }
+            _ => {}
+        }
+        let key = id_key(&id);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut inflight = self.inflight.lock().expect("lock");
+            if inflight.contains_key(&key) {
+                drop(inflight);
+                let error = RpcError::invalid_request(format!(
+                    "id {key} is already used by a request in flight; use a new id per request"
+                ));
+                return self.out.respond(id, Err(error)).await;
+            }
+            inflight.insert(key.clone(), Inflight { cancel: Some(tx) });
+        }
+        let Ok(permit) = self.slots.clone().try_acquire_owned() else {
+            self.inflight.lock().expect("lock").remove(&key);
+            let error = RpcError::fault(format!(
+                "too many requests in flight (limit {}, --max-concurrent); retry when some have finished",
+                self.opts.max_concurrent
+            ));
+            return self.out.respond(id, Err(error)).await;
+        };
+        let server = self.clone();
+        tokio::spawn(async move {
+            server.run(id, method, params, rx).await;
+            drop(permit);
+            server.inflight.lock().expect("lock").remove(&key);
+            server.finished.notify_waiters();
+        });
+    }
+
+    async fn run(
+        &self,
+        id: Value,
+        method: String,
+        params: Map<String, Value>,
+        cancel: oneshot::Receiver<()>,
+    ) {
+        let ctx = CallCtx {
+            runtime: self.runtime.clone(),
+            out: self.out.clone(),
+            id: id.clone(),
+            max_output_bytes: self.opts.max_output_bytes,
+            started: Mutex::new(None),
+            background: self.background.clone(),
+            answered: Mutex::new(Vec::new()),
+        };
+        let deadline = methods::deadline(&method, &params, self.opts.call_timeout);
+        let work = async {
+            match deadline {
+                Some(limit) => tokio::time::timeout(limit, methods::call(&ctx, &method, params))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(RpcError::fault(format!(
+                            "{method} took longer than {}s and was stopped (raise --call-timeout, or pass a timeout)",
+                            limit.as_secs()
+                        )))
+                    }),
+                None => methods::call(&ctx, &method, params).await,
+            }
+        };
+        let cancelled = async {
+            if cancel.await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        let result = tokio::select! {
+            result = work => result,
+            () = cancelled => Err(RpcError::cancelled()),
+        };
+        if result.is_err() {
+            // Whatever this request started in a sandbox must not outlive it.
+            ctx.abandon().await;
+        }
+        self.out.respond(id, result).await;
+        ctx.mark_answered();
+    }
+
+    /// End of input: let requests finish within the grace period, cancel the rest,
+    /// stop terminal pumps and close connections.
+    /// Resolves when no request is in flight.
+    async fn idle(&self) {
+        loop {
+            let notified = self.finished.notified();
+            if self.inflight.lock().expect("lock").is_empty() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    async fn drain(&self) {
+        if tokio::time::timeout(self.opts.shutdown_grace, self.idle())
+            .await
+            .is_err()
+        {
+            let pending: Vec<oneshot::Sender<()>> = self
+                .inflight
+                .lock()
+                .expect("lock")
+                .values_mut()
+                .filter_map(|e| e.cancel.take())
+                .collect();
+            eprintln!(
+                "epp-host: cancelling {} request(s) still running at shutdown",
+                pending.len()
+            );
+            for tx in pending {
+                let _ = tx.send(());
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(15), self.idle()).await;
+        }
+        self.background.lock().expect("lock").abort_all();
+        self.runtime.close_connections().await;
+    }
+}

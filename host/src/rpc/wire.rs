@@ -1,0 +1,317 @@
+//! The stdio edge: reading bounded lines and classifying JSON-RPC 2.0 messages.
+//! Nothing here can panic on input; every request-shaped line yields exactly one
+//! thing to answer.
+
+use super::errors::RpcError;
+use serde_json::{Map, Value};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt};
+
+/// One input line, or what is left of one that was too long.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Line {
+    Complete(Vec<u8>),
+    /// Longer than the cap; `head` holds its first bytes for id recovery.
+    TooLong {
+        head: Vec<u8>,
+        len: usize,
+    },
+}
+
+/// Bytes of an over-long line kept to look for its id.
+const HEAD_KEEP: usize = 4096;
+
+/// Reads `\n`-terminated lines of at most `cap` bytes without ever buffering more.
+pub struct LineReader<R> {
+    inner: R,
+    cap: usize,
+}
+
+impl<R: AsyncBufRead + Unpin> LineReader<R> {
+    pub fn new(inner: R, cap: usize) -> Self {
+        LineReader { inner, cap }
+    }
+
+    /// The next line without its terminator, or none at end of input.
+    pub async fn next(&mut self) -> std::io::Result<Option<Line>> {
+        let mut line = Vec::new();
+        let mut too_long: Option<usize> = None;
+        loop {
+            let available = self.inner.fill_buf().await?;
+            if available.is_empty() {
+                // End of input: a last line without a terminator still counts.
+                return Ok(match (too_long, line.is_empty()) {
+                    (Some(len), _) => Some(Line::TooLong { head: line, len }),
+                    (None, true) => None,
+                    (None, false) => Some(Line::Complete(strip_cr(line))),
+                });
+            }
+            let (chunk, done) = match available.iter().position(|&b| b == b'\n') {
+                Some(i) => (&available[..i], Some(i + 1)),
+                None => (available, None),
+            };
+            let chunk_len = chunk.len();
+            match too_long.as_mut() {
+                Some(len) => *len += chunk_len,
+                None if line.len() + chunk_len > self.cap => {
+                    let total = line.len() + chunk_len;
+                    let keep = HEAD_KEEP.saturating_sub(line.len()).min(chunk_len);
+                    line.extend_from_slice(&chunk[..keep]);
+                    line.truncate(HEAD_KEEP);
+                    too_long = Some(total);
+                }
+                None => line.extend_from_slice(chunk),
+            }
+            let consumed = done.unwrap_or(chunk_len);
+            self.inner.consume(consumed);
+            if done.is_some() {
+                return Ok(Some(match too_long {
+                    Some(len) => Line::TooLong { head: line, len },
+                    None => Line::Complete(strip_cr(line)),
+                }));
+            }
+        }
+    }
+}
+
+fn strip_cr(mut line: Vec<u8>) -> Vec<u8> {
+    if line.last() == Some(&b'\r') {
+        line.pop();
+    }
+    line
+}
+
+/// A classified message.
+#[derive(Debug, PartialEq)]
+pub enum Incoming {
+    Request {
+        id: Value,
+        method: String,
+        params: Map<String, Value>,
+    },
+    Notification {
+        method: String,
+        params: Map<String, Value>,
+    },
+    /// A response object from the client; nothing to do.
+    Response,
+    /// Answer `error` to `id` (null when no id could be read).
+    Invalid { id: Value, error: RpcError },
+    /// Blank line.
+    Empty,
+}
+
+fn valid_id(id: &Value) -> bool {
+    matches!(id, Value::String(_) | Value::Number(_) | Value::Null)
+}
+
+/// Classifies one complete line.
+pub fn parse(line: &[u8]) -> Incoming {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Incoming::Empty;
+    }
+    let Ok(text) = std::str::from_utf8(line) else {
+        return Incoming::Invalid {
+            id: Value::Null,
+            error: RpcError::parse_error(
+                "the line is not valid UTF-8; send one JSON-RPC object per line",
+            ),
+        };
+    };
+    let value: Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(e) => {
+            return Incoming::Invalid {
+                id: Value::Null,
+                error: RpcError::parse_error(format!(
+                    "the line is not valid JSON ({e}); send one JSON-RPC object per line"
+                )),
+            };
+        }
+    };
+    let Value::Object(mut obj) = value else {
+        return Incoming::Invalid {
+            id: Value::Null,
+            error: RpcError::invalid_request(
+                "expected a JSON-RPC 2.0 object; batches are not supported",
+            ),
+        };
+    };
+    let id = obj.remove("id");
+    let reply_id = id.clone().filter(valid_id).unwrap_or(Value::Null);
+    let invalid = |message: &str| Incoming::Invalid {
+        id: reply_id.clone(),
+        error: RpcError::invalid_request(message.to_string()),
+    };
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return invalid("`jsonrpc` must be \"2.0\"");
+    }
+    if let Some(id) = &id {
+        if !valid_id(id) {
+            return invalid("`id` must be a string, a number or null");
+        }
+    }
+    let method = match obj.remove("method") {
+        Some(Value::String(m)) => m,
+        Some(_) => return invalid("`method` must be a string"),
+        None if obj.contains_key("result") || obj.contains_key("error") => {
+            return Incoming::Response;
+        }
+        None => return invalid("`method` is missing"),
+    };
+    let params = match obj.remove("params") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(p)) => p,
+        Some(_) => {
+            let error = RpcError::invalid_params(
+                &method,
+                "`params` must be an object (by-name parameters)",
+            );
+            return match id {
+                Some(_) => Incoming::Invalid {
+                    id: reply_id,
+                    error,
+                },
+                None => Incoming::Notification {
+                    method,
+                    params: Map::new(),
+                },
+            };
+        }
+    };
+    match id {
+        Some(id) => Incoming::Request { id, method, params },
+        None => Incoming::Notification { method, params },
+    }
+}
+
+/// Finds the id of an over-long request in its first bytes, when it comes
+/// before `params` as most clients write it.
+pub fn id_from_head(head: &[u8]) -> Value {
+    let text = String::from_utf8_lossy(head);
+    let cut = text.find("\"params\"").unwrap_or(text.len());
+    let Some(pos) = text[..cut].find("\"id\"") else {
+        return Value::Null;
+    };
+    let rest = text[pos + 4..].trim_start();
+    let Some(rest) = rest.strip_prefix(':') else {
+        return Value::Null;
+    };
+    let mut stream = serde_json::Deserializer::from_str(rest.trim_start()).into_iter::<Value>();
+    match stream.next() {
+        Some(Ok(v)) if valid_id(&v) => v,
+        _ => Value::Null,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    async fn lines(input: &[u8], cap: usize) -> Vec<Line> {
+        let mut reader = LineReader::new(tokio::io::BufReader::with_capacity(7, input), cap);
+        let mut out = Vec::new();
+        while let Some(line) = reader.next().await.unwrap() {
+            out.push(line);
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn splits_lines_and_bounds_them() {
+        let out = lines(b"abc\r\n\nlong-line-here\nlast", 8).await;
+        assert_eq!(
+            out,
+            vec![
+                Line::Complete(b"abc".to_vec()),
+                Line::Complete(vec![]),
+                Line::TooLong {
+                    head: b"long-line-here".to_vec(),
+                    len: 14
+                },
+                Line::Complete(b"last".to_vec()),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn huge_line_keeps_only_a_head() {
+        let mut input = b"{\"jsonrpc\":\"2.0\",\"id\":7,\"params\":{\"x\":\"".to_vec();
+        input.extend(std::iter::repeat_n(b'a', 100_000));
+        input.extend_from_slice(b"\"}}\n{}\n");
+        let out = lines(&input, 1000).await;
+        match &out[0] {
+            Line::TooLong { head, len } => {
+                assert_eq!(head.len(), HEAD_KEEP);
+                assert_eq!(*len, input.len() - 4);
+                assert_eq!(id_from_head(head), json!(7));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(out[1], Line::Complete(b"{}".to_vec()));
+    }
+
+    #[test]
+    fn classifies_messages() {
+        let req = parse(br#"{"jsonrpc":"2.0","id":"a","method":"m","params":{"k":1}}"#);
+        assert!(
+            matches!(req, Incoming::Request { ref id, ref method, .. } if id == "a" && method == "m")
+        );
+        let note = parse(br#"{"jsonrpc":"2.0","method":"m"}"#);
+        assert!(matches!(note, Incoming::Notification { .. }));
+        assert_eq!(parse(b"  "), Incoming::Empty);
+        assert_eq!(
+            parse(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
+            Incoming::Response
+        );
+        let cases: [(&[u8], i64, Value); 9] = [
+            (b"\xff\xfe", -32700, Value::Null),
+            (b"{nope", -32700, Value::Null),
+            (b"[1,2]", -32600, Value::Null),
+            (br#"{"id":1,"method":"m"}"#, -32600, json!(1)),
+            (
+                br#"{"jsonrpc":"2.0","id":{"a":1},"method":"m"}"#,
+                -32600,
+                Value::Null,
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":true,"method":"m"}"#,
+                -32600,
+                Value::Null,
+            ),
+            (br#"{"jsonrpc":"2.0","id":2,"method":5}"#, -32600, json!(2)),
+            (br#"{"jsonrpc":"2.0","id":3}"#, -32600, json!(3)),
+            (
+                br#"{"jsonrpc":"2.0","id":4,"method":"m","params":[1]}"#,
+                -32602,
+                json!(4),
+            ),
+        ];
+        for (line, code, want_id) in cases {
+            match parse(line) {
+                Incoming::Invalid { id, error } => {
+                    assert_eq!(error.code, code, "{}", String::from_utf8_lossy(line));
+                    assert_eq!(id, want_id, "{}", String::from_utf8_lossy(line));
+                    assert_eq!(error.epp_code(), Some("E1001"));
+                }
+                other => panic!("{}: {other:?}", String::from_utf8_lossy(line)),
+            }
+        }
+    }
+
+    #[test]
+    fn deep_nesting_is_a_parse_error_not_a_crash() {
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(matches!(parse(deep.as_bytes()), Incoming::Invalid { .. }));
+    }
+
+    #[test]
+    fn id_recovery() {
+        assert_eq!(
+            id_from_head(br#"{"jsonrpc":"2.0","id": "x-1","method":"#),
+            json!("x-1")
+        );
+        assert_eq!(id_from_head(br#"{"params":{"id":5}"#), Value::Null);
+        assert_eq!(id_from_head(br#"{"id":{"#), Value::Null);
+    }
+}

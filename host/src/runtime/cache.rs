@@ -1,0 +1,110 @@
+//! Precompiled components, cached so a second start skips compilation.
+//!
+//! Only files this host wrote itself are loaded: the cache directory must be
+//! owned by the current user and not writable by anyone else (else the cache is
+//! ignored with a warning), files are written atomically, and the file name is
+//! derived from the sha256 of the already-verified `.wasm` and the engine's
+//! compatibility hash. The `.wasm` is what is signed; the `.cwasm` is native
+//! code and is never accepted from anywhere else.
+
+use anyhow::{Context, Result};
+use sha2::{Digest, Sha256};
+use std::hash::{Hash, Hasher};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+/// Whether the component came from the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheOutcome {
+    Hit,
+    Miss,
+    Disabled,
+}
+
+/// The default cache directory.
+pub fn default_dir() -> Option<PathBuf> {
+    dirs::cache_dir().map(|d| d.join("epp-host"))
+}
+
+fn cache_key(engine: &Engine, wasm: &[u8]) -> String {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    env!("CARGO_PKG_VERSION").hash(&mut hasher);
+    let wasm_hash = hex::encode(Sha256::digest(wasm));
+    format!("{wasm_hash}-{:016x}.cwasm", hasher.finish())
+}
+
+fn private_dir(dir: &Path) -> Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("creating cache directory {}", dir.display()))?;
+    trusted(dir)
+}
+
+/// The path is ours alone: owned by us, not group- or world-writable.
+fn trusted(path: &Path) -> Result<()> {
+    let meta =
+        std::fs::symlink_metadata(path).with_context(|| format!("checking {}", path.display()))?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    anyhow::ensure!(
+        meta.uid() == uid
+            && meta.permissions().mode() & 0o022 == 0
+            && !meta.file_type().is_symlink(),
+        "{} is not private to this user (owner {}, mode {:o})",
+        path.display(),
+        meta.uid(),
+        meta.permissions().mode() & 0o7777
+    );
+    Ok(())
+}
+
+/// Compiles `wasm`, or loads it from `dir` when this host compiled it before.
+pub fn load(engine: &Engine, wasm: &[u8], dir: Option<&Path>) -> Result<(Component, CacheOutcome)> {
+    let Some(dir) = dir else {
+        return Ok((Component::new(engine, wasm)?, CacheOutcome::Disabled));
+    };
+    if let Err(e) = private_dir(dir) {
+        eprintln!("epp-host: not using the compile cache: {e:#}");
+        return Ok((Component::new(engine, wasm)?, CacheOutcome::Disabled));
+    }
+    let path = dir.join(cache_key(engine, wasm));
+    if path.exists() && trusted(&path).is_ok() {
+        // SAFETY: the file is in a private directory, owned by us and written by
+        // `store` below for exactly this .wasm (by hash) and this engine.
+        match unsafe { Component::deserialize_file(engine, &path) } {
+            Ok(component) => return Ok((component, CacheOutcome::Hit)),
+            Err(e) => eprintln!(
+                "epp-host: recompiling, cached {} is unusable: {e:#}",
+                path.display()
+            ),
+        }
+    }
+    let bytes = engine.precompile_component(wasm)?;
+    if let Err(e) = store(&path, &bytes) {
+        eprintln!("epp-host: could not write the compile cache: {e:#}");
+    }
+    // SAFETY: these bytes were produced by this engine a moment ago.
+    let component = unsafe { Component::deserialize(engine, &bytes)? };
+    Ok((component, CacheOutcome::Miss))
+}
+
+fn store(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}

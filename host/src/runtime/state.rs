@@ -1,0 +1,77 @@
+//! What each store holds, and what all stores share.
+
+use super::limits::{Limits, MemoryLimiter};
+use crate::net::memo::Memo;
+use crate::net::outbound::{HttpClient, Outbound};
+use crate::net::websocket::Sockets;
+use std::sync::Arc;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+
+/// Host-wide state shared by every instance.
+pub struct Shared {
+    pub http: HttpClient,
+    pub sockets: Sockets,
+    pub memo: Memo,
+    pub limits: Limits,
+    /// The only environment the guest sees.
+    pub guest_env: Vec<(String, String)>,
+}
+
+/// The `T` of `Store<T>`: one per request.
+pub struct StoreState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    http: WasiHttpCtx,
+    hooks: Outbound,
+    pub limiter: MemoryLimiter,
+    pub shared: Arc<Shared>,
+    /// Epoch ticks seen during the current call.
+    pub cpu_ticks: u64,
+}
+
+impl StoreState {
+    pub fn new(shared: Arc<Shared>) -> StoreState {
+        // No preopened directories, no sockets, no arguments, stdin closed; the
+        // guest's stdout/stderr are the host's stderr (the host log).
+        let wasi = wasmtime_wasi::WasiCtxBuilder::new()
+            .envs(&shared.guest_env)
+            .stdout(wasmtime_wasi::cli::stderr())
+            .stderr(wasmtime_wasi::cli::stderr())
+            .allow_blocking_current_thread(false)
+            .build();
+        StoreState {
+            wasi,
+            table: ResourceTable::new(),
+            http: WasiHttpCtx::new(),
+            hooks: Outbound {
+                client: shared.http.clone(),
+            },
+            limiter: MemoryLimiter {
+                limits: shared.limits,
+            },
+            shared,
+            cpu_ticks: 0,
+        }
+    }
+}
+
+impl WasiView for StoreState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for StoreState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.hooks,
+        }
+    }
+}
