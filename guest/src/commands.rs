@@ -25,10 +25,8 @@ enum Lines {
 }
 
 fn restore_line(mode: &mut Lines, text: String) -> String {
-    if *mode == Lines::Unknown
-        && text.len() > 1
-        && (text.ends_with('\n') || text.ends_with('\r') || text[..text.len() - 1].contains('\n'))
-    {
+    let body = text.trim_end_matches(['\n', '\r']);
+    if *mode == Lines::Unknown && text.len() > 1 && (body.len() < text.len() || body.contains('\n')) {
         *mode = Lines::Raw;
     }
     match *mode {
@@ -86,6 +84,31 @@ fn start(execd: &mut Execd, req: &CommandRequest, background: bool) -> Result<Fr
     Ok(FrameReader::new(resp.into_reader()))
 }
 
+/// Go's names for signals, as execd reports a killed process (`signal: killed`).
+const GO_SIGNALS: &[(&str, i32)] = &[
+    ("hangup", 1),
+    ("interrupt", 2),
+    ("quit", 3),
+    ("illegal instruction", 4),
+    ("aborted", 6),
+    ("bus error", 7),
+    ("floating point exception", 8),
+    ("killed", 9),
+    ("user defined signal 1", 10),
+    ("segmentation fault", 11),
+    ("user defined signal 2", 12),
+    ("broken pipe", 13),
+    ("alarm clock", 14),
+    ("terminated", 15),
+];
+
+/// `signal: killed` → 137, like a shell's `$?`.
+fn signal_exit_code(detail: &str) -> Option<i32> {
+    let name = detail.trim().strip_prefix("signal: ")?;
+    let name = name.trim_end_matches(" (core dumped)");
+    GO_SIGNALS.iter().find(|(n, _)| *n == name).map(|(_, sig)| 128 + sig)
+}
+
 pub struct CommandStream {
     inner: RefCell<StreamState>,
 }
@@ -135,10 +158,12 @@ impl StreamState {
                             self.timeout_ms.unwrap_or_default() as f64 / 1000.0
                         )));
                     }
-                    Ok(code) => out.push(CommandEvent::Exited(CommandExit {
-                        exit_code: code,
-                        error: (code == -1).then_some(detail),
+                    // Killed by a signal: report it as a shell would (128 + N).
+                    Ok(-1) => out.push(CommandEvent::Exited(CommandExit {
+                        exit_code: signal_exit_code(&detail).unwrap_or(-1),
+                        error: Some(detail),
                     })),
+                    Ok(code) => out.push(CommandEvent::Exited(CommandExit { exit_code: code, error: None })),
                     // The process never started: execd reports the reason as text.
                     Err(_) => out.push(CommandEvent::Exited(CommandExit {
                         exit_code: -1,
@@ -327,6 +352,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn signals_become_shell_exit_codes() {
+        assert_eq!(signal_exit_code("signal: killed"), Some(137));
+        assert_eq!(signal_exit_code("signal: terminated"), Some(143));
+        assert_eq!(signal_exit_code("signal: segmentation fault (core dumped)"), Some(139));
+        assert_eq!(signal_exit_code("exit status 3"), None);
+    }
+
+    #[test]
     fn line_terminators_are_restored_once() {
         let mut mode = Lines::Unknown;
         assert_eq!(restore_line(&mut mode, "a".into()), "a\n");
@@ -336,6 +369,10 @@ mod tests {
         assert_eq!(restore_line(&mut raw, "a\n".into()), "a\n");
         assert_eq!(raw, Lines::Raw);
         assert_eq!(restore_line(&mut raw, "tail".into()), "tail");
+        // Multi-byte characters at the end are not cut.
+        let mut mode = Lines::Unknown;
+        assert_eq!(restore_line(&mut mode, "dir ü".into()), "dir ü\n");
+        assert_eq!(restore_line(&mut mode, "ü\n".into()), "ü\n");
     }
 }
 

@@ -310,7 +310,10 @@ fn multipart(path: &str, mode: u32) -> (String, Vec<u8>, Vec<u8>) {
          --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"file\"\r\n\
          Content-Type: application/octet-stream\r\n\r\n"
     );
-    let epilogue = format!("\r\n--{boundary}--\r\n");
+    // Nothing after the close delimiter (RFC 2046 allows an empty epilogue): a
+    // server may answer as soon as it has parsed it, and bytes it never reads
+    // would race that answer on a kept-alive connection.
+    let epilogue = format!("\r\n--{boundary}--");
     (boundary, preamble.into_bytes(), epilogue.into_bytes())
 }
 
@@ -386,13 +389,9 @@ impl GuestFileWriter for FileWriter {
             )));
         }
         let target = state.execd.target().to_string();
-        state
-            .upload
-            .write(&state.epilogue)
-            .map_err(|t| error::transport(t, &target))?;
         let resp = state
             .upload
-            .finish()
+            .finish_with(&state.epilogue)
             .map_err(|t| error::transport(t, &target))?;
         state.execd.check(resp, &state.path)?;
         info_of(&mut state.execd, &state.path)

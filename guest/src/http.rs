@@ -210,6 +210,7 @@ impl Request {
             stream: Some(stream),
             body: Some(body),
             future,
+            answer: None,
         })
     }
 }
@@ -219,13 +220,15 @@ pub struct Upload {
     stream: Option<OutputStream>,
     body: Option<OutgoingBody>,
     future: FutureIncomingResponse,
+    /// The answer once it arrived (the future hands it out only once).
+    answer: Option<Result<IncomingResponse, ErrorCode>>,
 }
 
 impl Upload {
     /// Writes all of `data`, waiting when the host's buffer is full.
     pub fn write(&mut self, mut data: &[u8]) -> Result<(), Transport> {
-        let stream = self.stream.as_ref().expect("upload already finished");
         while !data.is_empty() {
+            let stream = self.stream.as_ref().expect("upload already finished");
             let permit = match stream.check_write() {
                 Ok(n) => n as usize,
                 Err(e) => return Err(self.write_failed(e)),
@@ -234,11 +237,11 @@ impl Upload {
                 if let Some(early) = self.early_response() {
                     return Err(early);
                 }
-                stream.subscribe().block();
+                self.stream.as_ref().expect("open").subscribe().block();
                 continue;
             }
             let n = permit.min(data.len());
-            if let Err(e) = stream.write(&data[..n]) {
+            if let Err(e) = self.stream.as_ref().expect("open").write(&data[..n]) {
                 return Err(self.write_failed(e));
             }
             data = &data[n..];
@@ -246,41 +249,61 @@ impl Upload {
         Ok(())
     }
 
+    /// Takes the answer if it is there, keeping it for later.
+    fn poll_answer(&mut self) -> Option<&Result<IncomingResponse, ErrorCode>> {
+        if self.answer.is_none() {
+            match self.future.get() {
+                Some(Ok(answer)) => self.answer = Some(answer),
+                Some(Err(())) | None => return None,
+            }
+        }
+        self.answer.as_ref()
+    }
+
     /// If the server already answered (e.g. 413, 401), reports that instead of a
-    /// write error.
-    fn early_response(&self) -> Option<Transport> {
-        match self.future.get() {
-            Some(Ok(Ok(resp))) => Some(Transport::Broken(format!(
+    /// write error (the answer itself stays available to `finish_with`).
+    fn early_response(&mut self) -> Option<Transport> {
+        match self.poll_answer()? {
+            Ok(resp) => Some(Transport::Broken(format!(
                 "the server answered HTTP {} before the upload finished",
                 resp.status()
             ))),
-            Some(Ok(Err(e))) => Some(transport(&e)),
-            _ => None,
+            Err(e) => Some(transport(e)),
         }
     }
 
-    fn write_failed(&self, e: StreamError) -> Transport {
+    fn write_failed(&mut self, e: StreamError) -> Transport {
+        // The body broke because the request failed or was answered: the
+        // response future says which, and soon.
+        let waited = wasip2::clocks::monotonic_clock::subscribe_duration(2_000_000_000);
+        let answer = self.future.subscribe();
+        wasip2::io::poll::poll(&[&answer, &waited]);
         self.early_response().unwrap_or_else(|| match e {
             StreamError::LastOperationFailed(err) => Transport::Broken(err.to_debug_string()),
-            StreamError::Closed => {
-                Transport::Broken("the connection closed during the upload".into())
-            }
+            StreamError::Closed => Transport::Broken("the connection closed during the upload".into()),
         })
+    }
+
+    /// Writes the last bytes and waits for the answer. A server may answer as
+    /// soon as it has parsed what it needs; that answer counts, not the write.
+    pub fn finish_with(mut self, tail: &[u8]) -> Result<Response, Transport> {
+        match self.write(tail) {
+            Ok(()) => self.finish(),
+            Err(e) => match self.answer.take() {
+                Some(Ok(resp)) => Response::new(resp),
+                _ => Err(e),
+            },
+        }
     }
 
     /// Ends the body and waits for the response head.
     pub fn finish(mut self) -> Result<Response, Transport> {
         if let Some(stream) = self.stream.take() {
-            let flushed = stream.flush().and_then(|()| {
-                loop {
-                    stream.subscribe().block();
-                    if stream.check_write()? > 0 {
-                        break Ok(());
-                    }
-                }
-            });
+            // With a Content-Length the host closes the stream as soon as the
+            // last byte is taken: `Closed` after the whole body is success.
+            let flushed = stream.blocking_flush();
             drop(stream);
-            if let Err(e) = flushed {
+            if let Err(e @ StreamError::LastOperationFailed(_)) = flushed {
                 return Err(self.write_failed(e));
             }
         }
@@ -288,9 +311,11 @@ impl Upload {
             OutgoingBody::finish(body, None).map_err(|e| transport(&e))?;
         }
         loop {
+            if let Some(answer) = self.answer.take() {
+                return answer.map_err(|e| transport(&e)).and_then(Response::new);
+            }
             match self.future.get() {
-                Some(Ok(Ok(resp))) => return Response::new(resp),
-                Some(Ok(Err(e))) => return Err(transport(&e)),
+                Some(Ok(answer)) => self.answer = Some(answer),
                 Some(Err(())) => return Err(Transport::Broken("response already taken".into())),
                 None => self.future.subscribe().block(),
             }

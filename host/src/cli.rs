@@ -131,8 +131,8 @@ pub struct HostArgs {
     /// Requests served at once; more are answered with E9001.
     #[arg(long, default_value_t = 256, value_name = "N")]
     pub max_concurrent: usize,
-    /// Longest accepted input line, in bytes.
-    #[arg(long, default_value_t = 64 << 20, value_name = "BYTES")]
+    /// Longest accepted input line, in bytes (a 64 MiB file is 85 MiB of base64).
+    #[arg(long, default_value_t = 128 << 20, value_name = "BYTES")]
     pub max_line_bytes: usize,
     /// Output buffered for a non-streaming `commands.run`, in bytes; the rest is
     /// dropped and `truncated: true` is set.

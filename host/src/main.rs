@@ -90,7 +90,16 @@ async fn load(wasm: &Path, host: &HostArgs) -> Result<Arc<Runtime>> {
     let bytes = std::fs::read(wasm).with_context(|| format!("reading {}", wasm.display()))?;
     signing::enforce(wasm, &bytes, &host.trust, host.allow_unsigned)?;
     let options = config::load_options(host, bytes)?;
-    Ok(Arc::new(Runtime::load(options).await?))
+    let runtime = Runtime::load(options).await?;
+    eprintln!(
+        "epp-host: compile cache: {}",
+        match runtime.cache {
+            runtime::cache::CacheOutcome::Hit => "hit, loaded the compiled component",
+            runtime::cache::CacheOutcome::Miss => "miss, compiled the component and stored it",
+            runtime::cache::CacheOutcome::Disabled => "off, compiled the component",
+        }
+    );
+    Ok(Arc::new(runtime))
 }
 
 async fn run(wasm: std::path::PathBuf, host: HostArgs) -> Result<ExitCode> {

@@ -51,7 +51,13 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
             };
             let chunk_len = chunk.len();
             match too_long.as_mut() {
-                Some(len) => *len += chunk_len,
+                Some(len) => {
+                    *len += chunk_len;
+                    // Keep filling the head: the cap may have been crossed near
+                    // the end of a read, with few of its bytes kept yet.
+                    let keep = HEAD_KEEP.saturating_sub(line.len()).min(chunk_len);
+                    line.extend_from_slice(&chunk[..keep]);
+                }
                 None if line.len() + chunk_len > self.cap => {
                     let total = line.len() + chunk_len;
                     let keep = HEAD_KEEP.saturating_sub(line.len()).min(chunk_len);
@@ -188,7 +194,13 @@ pub fn parse(line: &[u8]) -> Incoming {
 /// before `params` as most clients write it.
 pub fn id_from_head(head: &[u8]) -> Value {
     let text = String::from_utf8_lossy(head);
+    let text = text.trim_start();
     let cut = text.find("\"params\"").unwrap_or(text.len());
+    // Only the top level: an `"id"` inside a nested object is not the request's.
+    let cut = text
+        .get(1..cut)
+        .and_then(|top| top.find(['{', '[']))
+        .map_or(cut, |i| i + 1);
     let Some(pos) = text[..cut].find("\"id\"") else {
         return Value::Null;
     };

@@ -130,44 +130,67 @@ pub async fn follow(
                 "the provider ended the command's stream without an exit status; its outcome is unknown",
             ));
         };
+        // Consecutive output of one stream in a batch goes out as one notification.
+        let mut pending: Option<(bool, String)> = None;
         for event in events {
-            match event {
-                CommandEvent::Started(id) => {
-                    *ctx.started.lock().expect("lock") = Some((sandbox_id.to_string(), id.clone()));
-                    if forward {
-                        ctx.notify("commands.started", json!({"command_id": id}))
-                            .await;
-                    }
-                    command_id = Some(id);
-                }
-                CommandEvent::Stdout(text) | CommandEvent::Stderr(text) if text.is_empty() => {}
-                CommandEvent::Stdout(text) if forward => {
-                    ctx.notify("commands.output", json!({"stream": "stdout", "data": text}))
-                        .await
-                }
-                CommandEvent::Stderr(text) if forward => {
-                    ctx.notify("commands.output", json!({"stream": "stderr", "data": text}))
-                        .await
-                }
-                CommandEvent::Stdout(text) => collected.push(true, text),
-                CommandEvent::Stderr(text) => collected.push(false, text),
-                CommandEvent::Exited(CommandExit { exit_code, error }) => {
-                    ctx.started.lock().expect("lock").take();
-                    let mut result = json!({"command_id": command_id, "exit_code": exit_code});
-                    if let Some(error) = error {
-                        result["error"] = json!(error);
-                    }
-                    if !forward {
-                        result["stdout"] = json!(collected.stdout);
-                        result["stderr"] = json!(collected.stderr);
-                        if collected.truncated {
-                            result["truncated"] = json!(true);
+            let (to_stdout, text) = match event {
+                CommandEvent::Stdout(text) => (true, text),
+                CommandEvent::Stderr(text) => (false, text),
+                other => {
+                    flush(ctx, &mut pending, forward, &mut collected).await;
+                    match other {
+                        CommandEvent::Started(id) => {
+                            *ctx.started.lock().expect("lock") = Some((sandbox_id.to_string(), id.clone()));
+                            if forward {
+                                ctx.notify("commands.started", json!({"command_id": id})).await;
+                            }
+                            command_id = Some(id);
                         }
+                        CommandEvent::Exited(CommandExit { exit_code, error }) => {
+                            ctx.started.lock().expect("lock").take();
+                            let mut result = json!({"command_id": command_id, "exit_code": exit_code});
+                            if let Some(error) = error {
+                                result["error"] = json!(error);
+                            }
+                            if !forward {
+                                result["stdout"] = json!(collected.stdout);
+                                result["stderr"] = json!(collected.stderr);
+                                if collected.truncated {
+                                    result["truncated"] = json!(true);
+                                }
+                            }
+                            return Ok(result);
+                        }
+                        CommandEvent::Stdout(_) | CommandEvent::Stderr(_) => unreachable!("handled above"),
                     }
-                    return Ok(result);
+                    continue;
+                }
+            };
+            match &mut pending {
+                Some((stream, buf)) if *stream == to_stdout => buf.push_str(&text),
+                _ => {
+                    flush(ctx, &mut pending, forward, &mut collected).await;
+                    pending = Some((to_stdout, text));
                 }
             }
         }
+        flush(ctx, &mut pending, forward, &mut collected).await;
+    }
+}
+
+/// Sends (or collects) buffered output of one stream.
+async fn flush(ctx: &CallCtx, pending: &mut Option<(bool, String)>, forward: bool, collected: &mut Collected) {
+    let Some((to_stdout, text)) = pending.take() else {
+        return;
+    };
+    if text.is_empty() {
+        return;
+    }
+    if forward {
+        let stream = if to_stdout { "stdout" } else { "stderr" };
+        ctx.notify("commands.output", json!({"stream": stream, "data": text})).await;
+    } else {
+        collected.push(to_stdout, text);
     }
 }
 

@@ -92,37 +92,19 @@ pub fn info_json(info: FileInfo) -> Value {
     })
 }
 
-/// Octal strings (`"644"`, `"0644"`, `"0o644"`) or permission bits as a number.
+/// File modes are octal: `"644"`, `"0644"`, `"0o644"`, or a number whose digits
+/// are the octal digits (`644`), as OpenSandbox writes them.
 pub fn parse_mode(method: &str, mode: &Value) -> Result<u32, RpcError> {
     let bad = |why: String| RpcError::invalid_params(method, why);
-    let bits = match mode {
-        Value::String(s) => {
-            let digits = s.trim_start_matches("0o");
-            u32::from_str_radix(digits, 8).map_err(|_| {
-                bad(format!(
-                    "mode `{s}` is not an octal number such as \"0644\""
-                ))
-            })?
-        }
-        Value::Number(n) => {
-            let n = n
-                .as_u64()
-                .ok_or_else(|| bad(format!("mode {n} is not a whole number")))?;
-            if n > 0o7777 {
-                return Err(bad(format!(
-                    "mode {n} is larger than 0o7777; numbers are permission bits (420 = 0644), or pass the octal string \"{n}\""
-                )));
-            }
-            n as u32
-        }
-        other => {
-            return Err(bad(format!(
-                "mode must be an octal string or a number, got {other}"
-            )));
-        }
+    let digits = match mode {
+        Value::String(s) => s.trim_start_matches("0o").to_string(),
+        Value::Number(n) if n.is_u64() => n.to_string(),
+        other => return Err(bad(format!("mode must be octal digits like \"0644\" or 644, got {other}"))),
     };
+    let bits = u32::from_str_radix(&digits, 8)
+        .map_err(|_| bad(format!("mode `{digits}` is not octal; use digits 0-7 such as \"0644\"")))?;
     if bits > 0o7777 {
-        return Err(bad(format!("mode {bits:o} has bits beyond 0o7777")));
+        return Err(bad(format!("mode {digits} is beyond 7777")));
     }
     Ok(bits)
 }
@@ -286,9 +268,10 @@ mod tests {
         assert_eq!(parse_mode("m", &json!("644")).unwrap(), 0o644);
         assert_eq!(parse_mode("m", &json!("0755")).unwrap(), 0o755);
         assert_eq!(parse_mode("m", &json!("0o600")).unwrap(), 0o600);
-        assert_eq!(parse_mode("m", &json!(420)).unwrap(), 0o644);
-        let err = parse_mode("m", &json!(644)).unwrap_err();
-        assert!(err.message.contains("\"644\""), "{}", err.message);
+        assert_eq!(parse_mode("m", &json!(644)).unwrap(), 0o644);
+        assert_eq!(parse_mode("m", &json!(4755)).unwrap(), 0o4755);
+        assert!(parse_mode("m", &json!(648)).is_err());
+        assert!(parse_mode("m", &json!(-1)).is_err());
         assert!(parse_mode("m", &json!("9")).is_err());
         assert!(parse_mode("m", &json!("77777")).is_err());
         assert!(parse_mode("m", &json!(true)).is_err());

@@ -191,14 +191,21 @@ pub fn settle<T>(r: wasmtime::Result<Result<T, EppError>>) -> Result<T, RpcError
     }
 }
 
-/// A trap as an EPP error.
+/// A trap as an EPP error: the cause in one line for the client, the whole
+/// backtrace in the host log.
 pub fn trap_error(trap: &wasmtime::Error) -> RpcError {
-    match trap.downcast_ref::<LimitHit>() {
-        Some(hit) => RpcError::fault(hit.to_string()),
-        None => RpcError::fault(format!(
-            "the provider crashed ({trap}); this request failed, the host keeps serving"
-        )),
+    if let Some(hit) = trap.downcast_ref::<LimitHit>() {
+        return RpcError::fault(hit.to_string());
     }
+    eprintln!("epp-host: provider trap: {trap:?}");
+    let cause = match trap.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::UnreachableCodeReached) => "it panicked or aborted".to_string(),
+        Some(code) => format!("wasm trap: {code}"),
+        None => trap.to_string().lines().next().unwrap_or("unknown").to_string(),
+    };
+    RpcError::fault(format!(
+        "the provider crashed ({cause}; details in the host log); this request failed, the host keeps serving"
+    ))
 }
 
 /// Drops an exported resource, ignoring a trap in its destructor (logged).

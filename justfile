@@ -1,0 +1,36 @@
+# opensandbox-provider: `just demo` shows it working, `just test` proves it.
+
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+target := env_var_or_default("CARGO_TARGET_DIR", justfile_directory() / "target")
+
+# Show the recipes.
+default:
+    @just --list
+
+# Build the guest component (signed with a local dev key), epp-host and the execd stand-in.
+build:
+    scripts/build-guest
+    cargo build -p epp-host -p execd-standin
+    scripts/sign-dev
+
+# Everything CI checks: format, lints, unit tests, end-to-end tests, SDK conformance.
+test: build lint
+    cargo test -p opensandbox-settings -p epp-host -p execd-standin
+    scripts/e2e
+    tests/testbed/testbed check
+
+# Formatting and clippy, warnings are errors.
+lint:
+    cargo fmt --all --check
+    cargo clippy -p opensandbox-settings -p epp-host -p execd-standin -p epp-e2e --all-targets -- -D warnings
+    cargo clippy -p opensandbox-provider --target wasm32-wasip2 -- -D warnings
+
+# The real opensandbox-server on 127.0.0.1:8080 (foreground; Ctrl-C stops everything).
+testbed *args: build
+    tests/testbed/testbed setup
+    tests/testbed/testbed start {{args}}
+
+# End-to-end tests only (pass a test name to filter).
+e2e *args: build
+    scripts/e2e {{args}}

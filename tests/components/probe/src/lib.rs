@@ -1,0 +1,560 @@
+//! A test-only EPP/1 provider for epp-host's integration tests (`host/tests/`).
+//!
+//! It does nothing useful: each call does exactly what its arguments say, so a
+//! test can make a guest misbehave in one precise way and watch how the host copes.
+//!
+//! `sandbox-get-info(id)` reads `id` as an instruction:
+//!
+//! | instruction | what the probe does |
+//! |---|---|
+//! | `echo TEXT` | answers a sandbox-info whose `sandbox-id` is TEXT |
+//! | `env` | fails (`upstream`) with its whole environment as the message, one `NAME=value` a line |
+//! | `fetch URL` | GET with `wasi:http`; metadata `status`, `location`, `body`, or `error` = the `error-code` it got (`HTTP-request-denied`, …) |
+//! | `fetch-with-key URL` | as `fetch`, after trying to set `OPEN-SANDBOX-API-KEY: guest-forged` itself (metadata `set-header`, `from-list`) |
+//! | `ws URL` | opens a WebSocket (with a forged key header), sends `hello`, answers the first reply (metadata `reply`) or `error` and `message` |
+//! | `memo` | put, get, forget, get again: metadata `after-put`, `after-forget` |
+//! | `memo-get KEY` | metadata `value`, when the memo holds KEY |
+//! | `sleep MS` | blocks on a monotonic-clock pollable for MS milliseconds |
+//! | `spin` | loops forever |
+//! | `alloc` | allocates memory without bound |
+//! | `trap` | panics |
+//!
+//! `commands-run` with `cmd` = `stream N DELAY_MS`: `started("cmd-" + sandbox-id)`, then N
+//! stdout events `line I\n` DELAY_MS apart, then `exited(0)`. `commands-kill` records
+//! `killed:COMMAND_ID` in the memo, so a test can see that the host stopped a cancelled
+//! command. `files-read` with `path` = `chunks N SIZE`: N chunks of SIZE bytes, the
+//! first all `a`, the next all `b`, and so on.
+//!
+//! `describe` declares all 18 capabilities supported; every other function fails
+//! with `unsupported`.
+
+mod bindings;
+
+use bindings::abx::epp::types::{Capability, EppError, ErrorCode, ProviderInfo};
+use bindings::abx::epp::{memo, websocket};
+use bindings::exports::abx::epp::infra::{
+    self, ByteRange, CodeRequest, CodeResult, CommandEvent, CommandExit, CommandLogs,
+    CommandRequest, CommandStatus, CreateRequest, FileEvent, FileInfo, Guest, ListRequest,
+    MountRequest, PortUrl, ProcessInfo, PtyEvent, PtyRequest, SandboxInfo, TemplateBuildRequest,
+    TemplateInfo, TransferUrl,
+};
+use std::cell::Cell;
+use std::io::Read;
+use wasip2::http::outgoing_handler;
+use wasip2::http::types::{ErrorCode as HttpError, Fields, HeaderError, OutgoingRequest, Scheme};
+
+const CAPABILITIES: [&str; 18] = [
+    "sandbox.lifecycle",
+    "sandbox.timeout",
+    "sandbox.pause",
+    "exec.run",
+    "exec.stream",
+    "process.manage",
+    "pty",
+    "files.rw",
+    "ports.url",
+    "files.watch",
+    "files.transfer",
+    "code.interpret",
+    "templates.read",
+    "templates.build",
+    "ports.domain",
+    "storage.mount",
+    "network.vpc",
+    "sessions",
+];
+
+/// The header a guest must never be able to set (the host owns it).
+const KEY_HEADER: &str = "OPEN-SANDBOX-API-KEY";
+
+type R<T> = Result<T, EppError>;
+type Kv = Vec<(String, String)>;
+
+fn error(code: ErrorCode, message: impl Into<String>) -> EppError {
+    EppError {
+        code,
+        message: message.into(),
+        http_status: None,
+        upstream_code: None,
+    }
+}
+
+fn unsupported(function: &str) -> EppError {
+    error(
+        ErrorCode::Unsupported,
+        format!("the probe does not implement {function}"),
+    )
+}
+
+fn kv(key: &str, value: impl Into<String>) -> (String, String) {
+    (key.to_string(), value.into())
+}
+
+/// An instruction's result, carried in a sandbox-info's metadata.
+fn answer(sandbox_id: &str, metadata: Kv) -> SandboxInfo {
+    SandboxInfo {
+        sandbox_id: sandbox_id.to_string(),
+        template: "probe".into(),
+        image: None,
+        state: "ok".into(),
+        metadata,
+        created_at: None,
+        expires_at: None,
+    }
+}
+
+fn number(what: &str, text: &str) -> R<u64> {
+    text.trim().parse().map_err(|_| {
+        error(
+            ErrorCode::InvalidArgument,
+            format!("{what}: `{text}` is not a number"),
+        )
+    })
+}
+
+fn sleep_ms(ms: u64) {
+    wasip2::clocks::monotonic_clock::subscribe_duration(ms.saturating_mul(1_000_000)).block();
+}
+
+fn instruction(id: &str) -> R<SandboxInfo> {
+    let (verb, arg) = id.split_once(' ').unwrap_or((id, ""));
+    match verb {
+        "echo" => Ok(answer(arg, Vec::new())),
+        "env" => {
+            let dump: String = wasip2::cli::environment::get_environment()
+                .into_iter()
+                .map(|(name, value)| format!("{name}={value}\n"))
+                .collect();
+            Err(error(ErrorCode::Upstream, dump))
+        }
+        "fetch" => Ok(answer(id, fetch(arg, false))),
+        "fetch-with-key" => Ok(answer(id, fetch(arg, true))),
+        "ws" => Ok(answer(id, ws(arg))),
+        "memo" => Ok(answer(id, memo_round_trip())),
+        "memo-get" => Ok(answer(
+            id,
+            memo::get(arg).map(|v| vec![kv("value", v)]).unwrap_or_default(),
+        )),
+        "sleep" => {
+            sleep_ms(number("sleep", arg)?);
+            Ok(answer(id, Vec::new()))
+        }
+        "spin" => spin(),
+        "alloc" => alloc(),
+        "trap" => panic!("probe: trap requested"),
+        _ => Err(error(
+            ErrorCode::InvalidArgument,
+            format!("unknown probe instruction `{id}`"),
+        )),
+    }
+}
+
+fn spin() -> ! {
+    let mut n = 0u64;
+    loop {
+        n = std::hint::black_box(n.wrapping_add(1));
+    }
+}
+
+fn alloc() -> ! {
+    let mut hoard: Vec<Vec<u8>> = Vec::new();
+    loop {
+        hoard.push(vec![0x5a; 1 << 20]);
+        std::hint::black_box(&hoard);
+    }
+}
+
+/// The WIT name of a `wasi:http` error code (its Debug form for the rare ones).
+fn http_error_name(e: &HttpError) -> String {
+    match e {
+        HttpError::HttpRequestDenied => "HTTP-request-denied".into(),
+        HttpError::ConnectionRefused => "connection-refused".into(),
+        HttpError::DestinationUnavailable => "destination-unavailable".into(),
+        HttpError::DnsError(_) => "DNS-error".into(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn header_error_name(e: HeaderError) -> &'static str {
+    match e {
+        HeaderError::Forbidden => "forbidden",
+        HeaderError::InvalidSyntax => "invalid-syntax",
+        HeaderError::Immutable => "immutable",
+    }
+}
+
+/// One GET; never follows redirects (a test follows them by asking again).
+fn fetch(url: &str, forge_key: bool) -> Kv {
+    let mut out = Vec::new();
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return vec![kv("error", "not-a-url")];
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, "/"),
+    };
+    let headers = Fields::new();
+    if forge_key {
+        let outcome = headers.append(KEY_HEADER, b"guest-forged");
+        out.push(kv(
+            "set-header",
+            outcome.map_or_else(header_error_name, |()| "ok"),
+        ));
+        let list = Fields::from_list(&[(
+            KEY_HEADER.to_ascii_lowercase(),
+            b"guest-forged".to_vec(),
+        )]);
+        out.push(kv(
+            "from-list",
+            list.map_or_else(header_error_name, |_| "ok"),
+        ));
+    }
+    let request = OutgoingRequest::new(headers);
+    let scheme = if scheme == "https" {
+        Scheme::Https
+    } else {
+        Scheme::Http
+    };
+    if request.set_scheme(Some(&scheme)).is_err()
+        || request.set_authority(Some(authority)).is_err()
+        || request.set_path_with_query(Some(path)).is_err()
+    {
+        out.push(kv("error", "invalid-url"));
+        return out;
+    }
+    let response = outgoing_handler::handle(request, None).and_then(|future| {
+        future.subscribe().block();
+        match future.get() {
+            Some(Ok(result)) => result,
+            _ => Err(HttpError::InternalError(Some("response lost".into()))),
+        }
+    });
+    match response {
+        Err(e) => out.push(kv("error", http_error_name(&e))),
+        Ok(response) => {
+            out.push(kv("status", response.status().to_string()));
+            for location in response.headers().get("location") {
+                out.push(kv("location", String::from_utf8_lossy(&location)));
+            }
+            // Children before parents: the stream, then the body, then the response.
+            let mut body = Vec::new();
+            let incoming = response.consume();
+            if let Ok(incoming) = &incoming
+                && let Ok(mut stream) = incoming.stream()
+                && let Err(e) = stream.read_to_end(&mut body)
+            {
+                out.push(kv("body-error", e.to_string()));
+            }
+            out.push(kv("body", String::from_utf8_lossy(&body)));
+        }
+    }
+    out
+}
+
+fn ws(url: &str) -> Kv {
+    let key = format!(
+        "probe-{:016x}",
+        wasip2::random::random::get_random_u64()
+    );
+    let forged = [(KEY_HEADER.to_string(), "guest-forged".to_string())];
+    if let Err(e) = websocket::connect(&key, url, &forged) {
+        return vec![kv("error", format!("{:?}", e.code)), kv("message", e.message)];
+    }
+    let mut out = vec![kv("connect", "ok")];
+    let sent = websocket::send(&key, &websocket::Message::Text("hello".into()));
+    match sent.and_then(|()| websocket::receive(&key)) {
+        Ok(Some(websocket::Message::Text(text))) => out.push(kv("reply", text)),
+        other => out.push(kv("reply-error", format!("{other:?}"))),
+    }
+    websocket::close(&key, 1000, "probe done");
+    out
+}
+
+fn memo_round_trip() -> Kv {
+    let absent = || "absent".to_string();
+    memo::put("probe-memo", "remembered", 60_000);
+    let after_put = memo::get("probe-memo").unwrap_or_else(absent);
+    memo::forget("probe-memo");
+    let after_forget = memo::get("probe-memo").unwrap_or_else(absent);
+    vec![kv("after-put", after_put), kv("after-forget", after_forget)]
+}
+
+/// `stream N DELAY_MS`: a command that prints N lines, DELAY_MS apart.
+pub struct CommandStream {
+    id: String,
+    lines: u64,
+    delay_ms: u64,
+    /// 0 = `started` not sent yet; then the number of the next line.
+    next: Cell<u64>,
+    done: Cell<bool>,
+}
+
+impl infra::GuestCommandStream for CommandStream {
+    fn next(&self) -> R<Option<Vec<CommandEvent>>> {
+        if self.done.get() {
+            return Ok(None);
+        }
+        let i = self.next.get();
+        self.next.set(i + 1);
+        if i == 0 {
+            return Ok(Some(vec![CommandEvent::Started(self.id.clone())]));
+        }
+        if i > self.lines {
+            self.done.set(true);
+            return Ok(Some(vec![CommandEvent::Exited(CommandExit {
+                exit_code: 0,
+                error: None,
+            })]));
+        }
+        sleep_ms(self.delay_ms);
+        Ok(Some(vec![CommandEvent::Stdout(format!("line {i}\n"))]))
+    }
+}
+
+/// `chunks N SIZE`: N chunks of SIZE bytes.
+pub struct FileReader {
+    chunk: u64,
+    total: u64,
+    offset: Cell<u64>,
+}
+
+impl infra::GuestFileReader for FileReader {
+    fn size(&self) -> Option<u64> {
+        Some(self.total)
+    }
+
+    fn read(&self, max: u32) -> R<Option<Vec<u8>>> {
+        let offset = self.offset.get();
+        if offset >= self.total {
+            return Ok(None);
+        }
+        let n = (self.chunk - offset % self.chunk).min(u64::from(max).max(1));
+        let byte = b'a' + ((offset / self.chunk) % 26) as u8;
+        self.offset.set(offset + n);
+        Ok(Some(vec![byte; n as usize]))
+    }
+}
+
+/// Never made: the probe has no terminals.
+pub struct PtyStream;
+
+impl infra::GuestPtyStream for PtyStream {
+    fn next(&self) -> R<Option<PtyEvent>> {
+        Err(unsupported("pty-stream.next"))
+    }
+}
+
+/// Never made: the probe does not write files.
+pub struct FileWriter;
+
+impl infra::GuestFileWriter for FileWriter {
+    fn write(&self, _: Vec<u8>) -> R<()> {
+        Err(unsupported("file-writer.write"))
+    }
+
+    fn finish(&self) -> R<FileInfo> {
+        Err(unsupported("file-writer.finish"))
+    }
+}
+
+/// Never made: the probe does not watch files.
+pub struct WatchStream;
+
+impl infra::GuestWatchStream for WatchStream {
+    fn next(&self) -> R<Option<FileEvent>> {
+        Err(unsupported("watch-stream.next"))
+    }
+}
+
+struct Probe;
+
+impl Guest for Probe {
+    type CommandStream = CommandStream;
+    type PtyStream = PtyStream;
+    type FileReader = FileReader;
+    type FileWriter = FileWriter;
+    type WatchStream = WatchStream;
+
+    fn describe() -> ProviderInfo {
+        ProviderInfo {
+            id: "probe".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            capabilities: CAPABILITIES
+                .iter()
+                .map(|name| Capability {
+                    name: name.to_string(),
+                    supported: true,
+                })
+                .collect(),
+            settings: Vec::new(),
+        }
+    }
+
+    fn sandbox_get_info(sandbox_id: String) -> R<SandboxInfo> {
+        instruction(&sandbox_id)
+    }
+
+    fn commands_run(req: CommandRequest) -> R<infra::CommandStream> {
+        let words: Vec<&str> = req.cmd.split_whitespace().collect();
+        let ["stream", lines, delay_ms] = words[..] else {
+            return Err(error(
+                ErrorCode::InvalidArgument,
+                "the probe runs `stream N DELAY_MS` only",
+            ));
+        };
+        Ok(infra::CommandStream::new(CommandStream {
+            id: format!("cmd-{}", req.sandbox_id),
+            lines: number("lines", lines)?,
+            delay_ms: number("delay", delay_ms)?,
+            next: Cell::new(0),
+            done: Cell::new(false),
+        }))
+    }
+
+    fn commands_kill(_: String, command_id: String) -> R<()> {
+        memo::put(&format!("killed:{command_id}"), "1", 600_000);
+        Ok(())
+    }
+
+    fn files_read(_: String, path: String, _: Option<ByteRange>) -> R<infra::FileReader> {
+        let words: Vec<&str> = path.split_whitespace().collect();
+        let ["chunks", count, size] = words[..] else {
+            return Err(error(
+                ErrorCode::NotFound,
+                "the probe reads `chunks N SIZE` only",
+            ));
+        };
+        let chunk = number("size", size)?.max(1);
+        Ok(infra::FileReader::new(FileReader {
+            chunk,
+            total: number("count", count)? * chunk,
+            offset: Cell::new(0),
+        }))
+    }
+
+    fn sandbox_create(_: CreateRequest) -> R<SandboxInfo> {
+        Err(unsupported("sandbox-create"))
+    }
+    fn sandbox_connect(_: String) -> R<SandboxInfo> {
+        Err(unsupported("sandbox-connect"))
+    }
+    fn sandbox_list(_: ListRequest) -> R<Vec<SandboxInfo>> {
+        Err(unsupported("sandbox-list"))
+    }
+    fn sandbox_kill(_: String) -> R<()> {
+        Err(unsupported("sandbox-kill"))
+    }
+    fn sandbox_set_timeout(_: String, _: u32) -> R<String> {
+        Err(unsupported("sandbox-set-timeout"))
+    }
+    fn sandbox_pause(_: String) -> R<()> {
+        Err(unsupported("sandbox-pause"))
+    }
+    fn sandbox_resume(_: String) -> R<SandboxInfo> {
+        Err(unsupported("sandbox-resume"))
+    }
+    fn commands_start(_: CommandRequest) -> R<String> {
+        Err(unsupported("commands-start"))
+    }
+    fn commands_status(_: String, _: String) -> R<CommandStatus> {
+        Err(unsupported("commands-status"))
+    }
+    fn commands_logs(_: String, _: String, _: Option<u64>) -> R<CommandLogs> {
+        Err(unsupported("commands-logs"))
+    }
+    fn process_list(_: String) -> R<Vec<ProcessInfo>> {
+        Err(unsupported("process-list"))
+    }
+    fn process_signal(_: String, _: u32, _: String) -> R<()> {
+        Err(unsupported("process-signal"))
+    }
+    fn commands_send_input(_: String, _: String, _: Vec<u8>) -> R<()> {
+        Err(unsupported("commands-send-input"))
+    }
+    fn pty_create(_: PtyRequest) -> R<(String, infra::PtyStream)> {
+        Err(unsupported("pty-create"))
+    }
+    fn pty_send_input(_: String, _: String, _: Vec<u8>) -> R<()> {
+        Err(unsupported("pty-send-input"))
+    }
+    fn pty_resize(_: String, _: String, _: u16, _: u16) -> R<()> {
+        Err(unsupported("pty-resize"))
+    }
+    fn pty_kill(_: String, _: String) -> R<()> {
+        Err(unsupported("pty-kill"))
+    }
+    fn files_write(_: String, _: String, _: u64, _: Option<u32>) -> R<infra::FileWriter> {
+        Err(unsupported("files-write"))
+    }
+    fn files_list(_: String, _: String, _: u32) -> R<Vec<FileInfo>> {
+        Err(unsupported("files-list"))
+    }
+    fn files_get_info(_: String, _: String) -> R<FileInfo> {
+        Err(unsupported("files-get-info"))
+    }
+    fn files_exists(_: String, _: String) -> R<bool> {
+        Err(unsupported("files-exists"))
+    }
+    fn files_make_dir(_: String, _: String) -> R<bool> {
+        Err(unsupported("files-make-dir"))
+    }
+    fn files_remove(_: String, _: String) -> R<()> {
+        Err(unsupported("files-remove"))
+    }
+    fn files_rename(_: String, _: String, _: String) -> R<FileInfo> {
+        Err(unsupported("files-rename"))
+    }
+    fn ports_url(_: String, _: u16) -> R<PortUrl> {
+        Err(unsupported("ports-url"))
+    }
+    fn files_watch(_: String, _: String, _: bool) -> R<infra::WatchStream> {
+        Err(unsupported("files-watch"))
+    }
+    fn files_upload_url(_: String, _: String) -> R<TransferUrl> {
+        Err(unsupported("files-upload-url"))
+    }
+    fn files_download_url(_: String, _: String) -> R<TransferUrl> {
+        Err(unsupported("files-download-url"))
+    }
+    fn code_run(_: CodeRequest) -> R<CodeResult> {
+        Err(unsupported("code-run"))
+    }
+    fn code_create_context(_: String, _: Option<String>, _: Option<String>) -> R<String> {
+        Err(unsupported("code-create-context"))
+    }
+    fn templates_list() -> R<Vec<TemplateInfo>> {
+        Err(unsupported("templates-list"))
+    }
+    fn templates_get(_: String) -> R<TemplateInfo> {
+        Err(unsupported("templates-get"))
+    }
+    fn templates_build(_: TemplateBuildRequest) -> R<TemplateInfo> {
+        Err(unsupported("templates-build"))
+    }
+    fn ports_domain(_: String, _: u16, _: String) -> R<PortUrl> {
+        Err(unsupported("ports-domain"))
+    }
+    fn storage_mount(_: MountRequest) -> R<()> {
+        Err(unsupported("storage-mount"))
+    }
+    fn storage_unmount(_: String, _: String) -> R<()> {
+        Err(unsupported("storage-unmount"))
+    }
+    fn network_vpc_attach(_: String, _: String) -> R<()> {
+        Err(unsupported("network-vpc-attach"))
+    }
+    fn network_vpc_detach(_: String, _: String) -> R<()> {
+        Err(unsupported("network-vpc-detach"))
+    }
+    fn sessions_create(_: String, _: Option<String>) -> R<String> {
+        Err(unsupported("sessions-create"))
+    }
+    fn sessions_run(_: String, _: String, _: String, _: Option<u64>) -> R<infra::CommandStream> {
+        Err(unsupported("sessions-run"))
+    }
+    fn sessions_close(_: String, _: String) -> R<()> {
+        Err(unsupported("sessions-close"))
+    }
+}
+
+bindings::export!(Probe with_types_in bindings);

@@ -1,0 +1,334 @@
+//! An `epp-host run` process driven over stdio.
+
+use crate::{artifact, target_dir, testbed};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// How the provider reaches sandboxes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Straight to each sandbox's endpoint.
+    Direct,
+    /// Through the server's `/sandboxes/{id}/proxy/{port}` route.
+    Proxy,
+}
+
+/// A JSON-RPC error answer.
+#[derive(Debug, Clone)]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    /// `data.epp_code`.
+    pub epp: String,
+    pub data: Value,
+}
+
+pub type Reply = Result<Value, RpcError>;
+
+#[derive(Default)]
+struct State {
+    replies: HashMap<String, Value>,
+    notes: Vec<(Instant, Value)>,
+    closed: bool,
+}
+
+type Shared = Arc<(Mutex<State>, Condvar)>;
+
+/// Builds an `epp-host run` command line and environment.
+pub struct HostBuilder {
+    env: Vec<(String, String)>,
+    args: Vec<String>,
+}
+
+impl HostBuilder {
+    /// A host for the shared testbed in `mode`, with its API key.
+    pub fn new(mode: Mode) -> HostBuilder {
+        let tb = testbed();
+        let mut env = vec![
+            ("ABX_OPENSANDBOX_BASE_URL".to_string(), tb.url.clone()),
+            (
+                "ABX_OPENSANDBOX_USE_SERVER_PROXY".to_string(),
+                (mode == Mode::Proxy).to_string(),
+            ),
+            // Sandboxes start in a second or two on the testbed.
+            ("ABX_OPENSANDBOX_READY_TIMEOUT".to_string(), "30".to_string()),
+        ];
+        if !tb.api_key.is_empty() {
+            env.push(("ABX_OPENSANDBOX_API_KEY".to_string(), tb.api_key.clone()));
+        }
+        HostBuilder { env, args: Vec::new() }
+    }
+
+    /// Sets (or replaces) an environment variable of the host.
+    pub fn env(mut self, key: &str, value: &str) -> HostBuilder {
+        self.env.retain(|(k, _)| k != key);
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    pub fn without_env(mut self, key: &str) -> HostBuilder {
+        self.env.retain(|(k, _)| k != key);
+        self
+    }
+
+    pub fn arg(mut self, arg: &str) -> HostBuilder {
+        self.args.push(arg.to_string());
+        self
+    }
+
+    pub fn spawn(self) -> Host {
+        let bin = artifact("EPP_HOST_BIN", target_dir().join("debug/epp-host"));
+        let wasm = artifact(
+            "EPP_GUEST_WASM",
+            target_dir().join("epp/opensandbox.wasm"),
+        );
+        let key = artifact("EPP_TRUSTED_KEY", target_dir().join("epp/dev.pub"));
+        let cache = target_dir().join("epp/e2e-cache");
+        let mut cmd = Command::new(&bin);
+        cmd.arg("run")
+            .arg(&wasm)
+            .arg("--trusted-key")
+            .arg(&key)
+            .arg("--cache-dir")
+            .arg(&cache)
+            .args(&self.args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let shared: Shared = Arc::new((Mutex::new(State::default()), Condvar::new()));
+        let reader = shared.clone();
+        std::thread::spawn(move || read_stdout(stdout, reader));
+        let log = Arc::new(Mutex::new(String::new()));
+        let log_writer = log.clone();
+        std::thread::spawn(move || {
+            let mut buf = String::new();
+            let _ = BufReader::new(stderr).read_to_string(&mut buf).map(|_| ());
+            log_writer.lock().unwrap().push_str(&buf);
+        });
+        Host {
+            child,
+            stdin: Mutex::new(Some(stdin)),
+            shared,
+            next_id: AtomicU64::new(1),
+            stderr: log,
+            created: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+/// A value for messages: long texts cut short.
+fn short(v: &Value) -> String {
+    let text = v.to_string();
+    if text.len() <= 400 {
+        return text;
+    }
+    let mut cut = 400;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}… ({} bytes)", &text[..cut], text.len())
+}
+
+fn read_stdout(stdout: impl Read, shared: Shared) {
+    let (lock, cvar) = &*shared;
+    for line in BufReader::new(stdout).lines() {
+        let Ok(line) = line else { break };
+        let value: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("epp-host wrote a line that is not JSON ({e}): {line}"));
+        assert_eq!(value["jsonrpc"], "2.0", "not JSON-RPC 2.0: {line}");
+        let mut state = lock.lock().unwrap();
+        if value.get("method").is_some() {
+            state.notes.push((Instant::now(), value));
+        } else {
+            let id = value["id"].to_string();
+            assert!(
+                state.replies.insert(id.clone(), value).is_none(),
+                "two answers for id {id}"
+            );
+        }
+        cvar.notify_all();
+    }
+    lock.lock().unwrap().closed = true;
+    cvar.notify_all();
+}
+
+/// A running `epp-host run`.
+pub struct Host {
+    child: Child,
+    stdin: Mutex<Option<ChildStdin>>,
+    shared: Shared,
+    next_id: AtomicU64,
+    stderr: Arc<Mutex<String>>,
+    created: Mutex<Vec<String>>,
+}
+
+impl Host {
+    /// A host for the shared testbed with default settings.
+    pub fn start(mode: Mode) -> Host {
+        HostBuilder::new(mode).spawn()
+    }
+
+    /// Writes raw bytes to the host's stdin.
+    pub fn raw(&self, bytes: &[u8]) {
+        let mut stdin = self.stdin.lock().unwrap();
+        let stdin = stdin.as_mut().expect("stdin closed");
+        stdin.write_all(bytes).and_then(|_| stdin.flush()).expect("writing to epp-host");
+    }
+
+    /// Sends a request and returns its id.
+    pub fn send(&self, method: &str, params: Value) -> Value {
+        let id = json!(self.next_id.fetch_add(1, Ordering::Relaxed));
+        self.send_with_id(id.clone(), method, params);
+        id
+    }
+
+    pub fn send_with_id(&self, id: Value, method: &str, params: Value) {
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.raw(format!("{line}\n").as_bytes());
+    }
+
+    /// Waits for the answer to `id`.
+    pub fn wait(&self, id: &Value, timeout: Duration) -> Reply {
+        let key = id.to_string();
+        let (lock, cvar) = &*self.shared;
+        let deadline = Instant::now() + timeout;
+        let mut state = lock.lock().unwrap();
+        loop {
+            if let Some(v) = state.replies.remove(&key) {
+                return match v.get("error") {
+                    Some(e) => Err(RpcError {
+                        code: e["code"].as_i64().unwrap_or(0),
+                        message: e["message"].as_str().unwrap_or("").to_string(),
+                        epp: e["data"]["epp_code"].as_str().unwrap_or("").to_string(),
+                        data: e["data"].clone(),
+                    }),
+                    None => Ok(v["result"].clone()),
+                };
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "no answer to request {key} within {timeout:?}; host log:\n{}", self.stderr());
+            assert!(!state.closed, "epp-host closed stdout before answering {key}; host log:\n{}", self.stderr());
+            state = cvar.wait_timeout(state, left).unwrap().0;
+        }
+    }
+
+    /// Request and answer (2 minutes at most).
+    pub fn call(&self, method: &str, params: Value) -> Reply {
+        let id = self.send(method, params);
+        self.wait(&id, Duration::from_secs(120))
+    }
+
+    /// Request that must succeed.
+    pub fn ok(&self, method: &str, params: Value) -> Value {
+        match self.call(method, params.clone()) {
+            Ok(v) => v,
+            Err(e) => panic!("{method} {} failed: {e:?}", short(&params)),
+        }
+    }
+
+    /// Request that must fail with `epp_code`; returns the error.
+    pub fn fails(&self, method: &str, params: Value, epp_code: &str) -> RpcError {
+        match self.call(method, params.clone()) {
+            Ok(v) => panic!("{method} {} should fail with {epp_code} but returned {}", short(&params), short(&v)),
+            Err(e) => {
+                assert_eq!(e.epp, epp_code, "{method} {}: {e:?}", short(&params));
+                assert!(!e.message.is_empty());
+                e
+            }
+        }
+    }
+
+    /// Notifications received so far, with their arrival times.
+    pub fn notes(&self) -> Vec<(Instant, Value)> {
+        self.shared.0.lock().unwrap().notes.clone()
+    }
+
+    /// Notifications of `method` tied to request `id`.
+    pub fn notes_for(&self, method: &str, id: &Value) -> Vec<(Instant, Value)> {
+        self.notes()
+            .into_iter()
+            .filter(|(_, n)| n["method"] == method && &n["params"]["request_id"] == id)
+            .collect()
+    }
+
+    /// Waits for a notification matching `pred`.
+    pub fn wait_note(&self, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Option<Value> {
+        let (lock, cvar) = &*self.shared;
+        let deadline = Instant::now() + timeout;
+        let mut state = lock.lock().unwrap();
+        loop {
+            if let Some((_, n)) = state.notes.iter().find(|(_, n)| pred(n)) {
+                return Some(n.clone());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || state.closed {
+                return None;
+            }
+            state = cvar.wait_timeout(state, left).unwrap().0;
+        }
+    }
+
+    /// Closes stdin (end of input) and waits for the process to exit.
+    pub fn finish(&mut self, timeout: Duration) -> ExitStatus {
+        self.stdin.lock().unwrap().take();
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "epp-host did not exit within {timeout:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// What the host wrote to stderr so far (complete only after it exited).
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Creates a sandbox (killed when this host is dropped); returns its info.
+    pub fn create_info(&self, params: Value) -> Value {
+        let info = self.ok("sandbox.create", params);
+        let id = info["sandbox_id"].as_str().expect("sandbox_id").to_string();
+        self.created.lock().unwrap().push(id);
+        info
+    }
+
+    /// Creates a sandbox with a unique metadata tag; returns its id.
+    pub fn create_sandbox(&self) -> String {
+        let info = self.create_info(json!({"metadata": {"e2e": crate::unique("sb")}}));
+        info["sandbox_id"].as_str().unwrap().to_string()
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        // Sandboxes made through this host go with it, however the test ended.
+        let created = std::mem::take(&mut *self.created.lock().unwrap());
+        if self.stdin.lock().unwrap().is_some() && self.child.try_wait().ok().flatten().is_none() {
+            let ids: Vec<Value> = created
+                .iter()
+                .map(|id| self.send("sandbox.kill", json!({"sandbox_id": id})))
+                .collect();
+            for id in ids {
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    self.wait(&id, Duration::from_secs(15))
+                }));
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

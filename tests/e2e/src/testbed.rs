@@ -1,0 +1,107 @@
+//! Starting (or reusing) the testbed.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// A running lifecycle server.
+pub struct Testbed {
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    pub api_key: String,
+    child: Option<Child>,
+}
+
+static TESTBED: OnceLock<Testbed> = OnceLock::new();
+static CHILD_PGID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+extern "C" fn stop_testbed() {
+    let pgid = CHILD_PGID.load(std::sync::atomic::Ordering::SeqCst);
+    if pgid > 0 {
+        // SAFETY: plain syscalls on a process group this process created.
+        unsafe {
+            libc::kill(-pgid, libc::SIGTERM);
+        }
+        // The testbed stops its sandboxes on SIGTERM; give it a moment.
+        for _ in 0..100 {
+            std::thread::sleep(Duration::from_millis(50));
+            // SAFETY: probing a process group we own.
+            if unsafe { libc::kill(-pgid, 0) } != 0 {
+                return;
+            }
+        }
+        // SAFETY: as above.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// The shared testbed of this test binary.
+pub fn testbed() -> &'static Testbed {
+    TESTBED.get_or_init(|| match std::env::var("EPP_TESTBED_URL") {
+        Ok(url) => Testbed {
+            url,
+            api_key: std::env::var("EPP_TESTBED_KEY").unwrap_or_default(),
+            child: None,
+        },
+        Err(_) => Testbed::start(),
+    })
+}
+
+impl Testbed {
+    fn start() -> Testbed {
+        let api_key = crate::unique("e2e-key");
+        let script = crate::repo_root().join("tests/testbed/testbed");
+        let mut cmd = Command::new(&script);
+        cmd.args(["start", "--port", "0", "--api-key", &api_key])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        // Own process group, so one signal stops the server and every sandbox.
+        use std::os::unix::process::CommandExt;
+        cmd.process_group(0);
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("starting {}: {e}", script.display()));
+        CHILD_PGID.store(child.id() as i32, std::sync::atomic::Ordering::SeqCst);
+        // SAFETY: registering a plain extern "C" function.
+        unsafe {
+            libc::atexit(stop_testbed);
+        }
+        let (tx, rx) = mpsc::channel::<String>();
+        for stream in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    eprintln!("[testbed] {line}");
+                    let _ = tx.send(line);
+                }
+            });
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(180);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(pos) = line.find("ready at http://") {
+                        let url = line[pos + "ready at ".len()..].split_whitespace().next().unwrap().to_string();
+                        return Testbed { url, api_key, child: Some(child) };
+                    }
+                }
+                Err(_) => {
+                    stop_testbed();
+                    panic!("the testbed did not become ready within 180 s (see [testbed] lines above)");
+                }
+            }
+        }
+    }
+
+    /// Whether this process started the testbed (false when reusing one).
+    pub fn owned(&self) -> bool {
+        self.child.is_some()
+    }
+}
