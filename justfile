@@ -16,7 +16,7 @@ build:
 
 # Everything CI checks: format, lints, unit tests, end-to-end tests, SDK conformance.
 test: build lint
-    cargo test -p opensandbox-settings -p epp-host -p execd-standin
+    cargo test -p opensandbox-settings -p opensandbox-provider -p epp-host -p execd-standin
     scripts/e2e
     tests/testbed/testbed check
 
@@ -34,3 +34,8 @@ testbed *args: build
 # End-to-end tests only (pass a test name to filter).
 e2e *args: build
     scripts/e2e {{args}}
+
+# A narrated EPP session: create, run, stream, files, terminal, ports.url, kill (starts the testbed if needed).
+demo: build
+    tests/testbed/testbed setup --server-only
+    scripts/demo

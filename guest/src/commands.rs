@@ -26,7 +26,8 @@ enum Lines {
 
 fn restore_line(mode: &mut Lines, text: String) -> String {
     let body = text.trim_end_matches(['\n', '\r']);
-    if *mode == Lines::Unknown && text.len() > 1 && (body.len() < text.len() || body.contains('\n')) {
+    if *mode == Lines::Unknown && text.len() > 1 && (body.len() < text.len() || body.contains('\n'))
+    {
         *mode = Lines::Raw;
     }
     match *mode {
@@ -106,7 +107,10 @@ const GO_SIGNALS: &[(&str, i32)] = &[
 fn signal_exit_code(detail: &str) -> Option<i32> {
     let name = detail.trim().strip_prefix("signal: ")?;
     let name = name.trim_end_matches(" (core dumped)");
-    GO_SIGNALS.iter().find(|(n, _)| *n == name).map(|(_, sig)| 128 + sig)
+    GO_SIGNALS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, sig)| 128 + sig)
 }
 
 pub struct CommandStream {
@@ -163,7 +167,10 @@ impl StreamState {
                         exit_code: signal_exit_code(&detail).unwrap_or(-1),
                         error: Some(detail),
                     })),
-                    Ok(code) => out.push(CommandEvent::Exited(CommandExit { exit_code: code, error: None })),
+                    Ok(code) => out.push(CommandEvent::Exited(CommandExit {
+                        exit_code: code,
+                        error: None,
+                    })),
                     // The process never started: execd reports the reason as text.
                     Err(_) => out.push(CommandEvent::Exited(CommandExit {
                         exit_code: -1,
@@ -355,7 +362,10 @@ mod tests {
     fn signals_become_shell_exit_codes() {
         assert_eq!(signal_exit_code("signal: killed"), Some(137));
         assert_eq!(signal_exit_code("signal: terminated"), Some(143));
-        assert_eq!(signal_exit_code("signal: segmentation fault (core dumped)"), Some(139));
+        assert_eq!(
+            signal_exit_code("signal: segmentation fault (core dumped)"),
+            Some(139)
+        );
         assert_eq!(signal_exit_code("exit status 3"), None);
     }
 

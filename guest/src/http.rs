@@ -280,7 +280,9 @@ impl Upload {
         wasip2::io::poll::poll(&[&answer, &waited]);
         self.early_response().unwrap_or_else(|| match e {
             StreamError::LastOperationFailed(err) => Transport::Broken(err.to_debug_string()),
-            StreamError::Closed => Transport::Broken("the connection closed during the upload".into()),
+            StreamError::Closed => {
+                Transport::Broken("the connection closed during the upload".into())
+            }
         })
     }
 

@@ -178,8 +178,14 @@ pub fn enforce(
     }
     let hint = if keys.is_empty() {
         " No trusted keys are configured: pass --trusted-key <public key> or --trust-file."
+            .to_string()
     } else {
-        ""
+        let files: Vec<String> = keys
+            .sources
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        format!(" Trusted keys: {}.", files.join(", "))
     };
     bail!(
         "refusing to run {}: it is {}.{hint} (--allow-unsigned skips this check, for development only)",

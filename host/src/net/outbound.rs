@@ -115,10 +115,6 @@ impl HttpClient {
             .build(https);
         HttpClient { client, policy }
     }
-
-    pub fn policy(&self) -> &Arc<NetPolicy> {
-        &self.policy
-    }
 }
 
 /// The `WasiHttpHooks` of one store.

@@ -252,16 +252,6 @@ impl NetPolicy {
         })
     }
 
-    /// The lifecycle server this policy was built for.
-    pub fn origin(&self) -> &Destination {
-        &self.origin
-    }
-
-    /// Whether the host holds an API key to inject.
-    pub fn has_api_key(&self) -> bool {
-        self.api_key.is_some()
-    }
-
     /// Decides on a destination before any connection is made.
     pub fn check(&self, dest: &Destination) -> Result<Grant, Denied> {
         let ip = dest.ip();

@@ -145,16 +145,19 @@ impl Server {
         }
         let key = id_key(&id);
         let (tx, rx) = oneshot::channel();
-        {
+        let fresh = {
             let mut inflight = self.inflight.lock().expect("lock");
-            if inflight.contains_key(&key) {
-                drop(inflight);
-                let error = RpcError::invalid_request(format!(
-                    "id {key} is already used by a request in flight; use a new id per request"
-                ));
-                return self.out.respond(id, Err(error)).await;
+            let fresh = !inflight.contains_key(&key);
+            if fresh {
+                inflight.insert(key.clone(), Inflight { cancel: Some(tx) });
             }
-            inflight.insert(key.clone(), Inflight { cancel: Some(tx) });
+            fresh
+        };
+        if !fresh {
+            let error = RpcError::invalid_request(format!(
+                "id {key} is already used by a request in flight; use a new id per request"
+            ));
+            return self.out.respond(id, Err(error)).await;
         }
         let Ok(permit) = self.slots.clone().try_acquire_owned() else {
             self.inflight.lock().expect("lock").remove(&key);

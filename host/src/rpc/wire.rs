@@ -151,10 +151,8 @@ pub fn parse(line: &[u8]) -> Incoming {
     if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return invalid("`jsonrpc` must be \"2.0\"");
     }
-    if let Some(id) = &id {
-        if !valid_id(id) {
-            return invalid("`id` must be a string, a number or null");
-        }
+    if id.as_ref().is_some_and(|id| !valid_id(id)) {
+        return invalid("`id` must be a string, a number or null");
     }
     let method = match obj.remove("method") {
         Some(Value::String(m)) => m,
@@ -194,13 +192,12 @@ pub fn parse(line: &[u8]) -> Incoming {
 /// before `params` as most clients write it.
 pub fn id_from_head(head: &[u8]) -> Value {
     let text = String::from_utf8_lossy(head);
-    let text = text.trim_start();
+    let Some(text) = text.trim_start().strip_prefix('{') else {
+        return Value::Null;
+    };
     let cut = text.find("\"params\"").unwrap_or(text.len());
     // Only the top level: an `"id"` inside a nested object is not the request's.
-    let cut = text
-        .get(1..cut)
-        .and_then(|top| top.find(['{', '[']))
-        .map_or(cut, |i| i + 1);
+    let cut = text[..cut].find(['{', '[']).unwrap_or(cut);
     let Some(pos) = text[..cut].find("\"id\"") else {
         return Value::Null;
     };

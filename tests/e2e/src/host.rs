@@ -28,7 +28,7 @@ pub struct RpcError {
     pub data: Value,
 }
 
-pub type Reply = Result<Value, RpcError>;
+pub type Reply = Result<Value, Box<RpcError>>;
 
 #[derive(Default)]
 struct State {
@@ -56,12 +56,18 @@ impl HostBuilder {
                 (mode == Mode::Proxy).to_string(),
             ),
             // Sandboxes start in a second or two on the testbed.
-            ("ABX_OPENSANDBOX_READY_TIMEOUT".to_string(), "30".to_string()),
+            (
+                "ABX_OPENSANDBOX_READY_TIMEOUT".to_string(),
+                "30".to_string(),
+            ),
         ];
         if !tb.api_key.is_empty() {
             env.push(("ABX_OPENSANDBOX_API_KEY".to_string(), tb.api_key.clone()));
         }
-        HostBuilder { env, args: Vec::new() }
+        HostBuilder {
+            env,
+            args: Vec::new(),
+        }
     }
 
     /// Sets (or replaces) an environment variable of the host.
@@ -83,10 +89,7 @@ impl HostBuilder {
 
     pub fn spawn(self) -> Host {
         let bin = artifact("EPP_HOST_BIN", target_dir().join("debug/epp-host"));
-        let wasm = artifact(
-            "EPP_GUEST_WASM",
-            target_dir().join("epp/opensandbox.wasm"),
-        );
+        let wasm = artifact("EPP_GUEST_WASM", target_dir().join("epp/opensandbox.wasm"));
         let key = artifact("EPP_TRUSTED_KEY", target_dir().join("epp/dev.pub"));
         let cache = target_dir().join("epp/e2e-cache");
         let mut cmd = Command::new(&bin);
@@ -103,7 +106,9 @@ impl HostBuilder {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
         let stdin = child.stdin.take().unwrap();
         let stdout = child.stdout.take().unwrap();
         let stderr = child.stderr.take().unwrap();
@@ -184,7 +189,10 @@ impl Host {
     pub fn raw(&self, bytes: &[u8]) {
         let mut stdin = self.stdin.lock().unwrap();
         let stdin = stdin.as_mut().expect("stdin closed");
-        stdin.write_all(bytes).and_then(|_| stdin.flush()).expect("writing to epp-host");
+        stdin
+            .write_all(bytes)
+            .and_then(|_| stdin.flush())
+            .expect("writing to epp-host");
     }
 
     /// Sends a request and returns its id.
@@ -208,18 +216,26 @@ impl Host {
         loop {
             if let Some(v) = state.replies.remove(&key) {
                 return match v.get("error") {
-                    Some(e) => Err(RpcError {
+                    Some(e) => Err(Box::new(RpcError {
                         code: e["code"].as_i64().unwrap_or(0),
                         message: e["message"].as_str().unwrap_or("").to_string(),
                         epp: e["data"]["epp_code"].as_str().unwrap_or("").to_string(),
                         data: e["data"].clone(),
-                    }),
+                    })),
                     None => Ok(v["result"].clone()),
                 };
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            assert!(!left.is_zero(), "no answer to request {key} within {timeout:?}; host log:\n{}", self.stderr());
-            assert!(!state.closed, "epp-host closed stdout before answering {key}; host log:\n{}", self.stderr());
+            assert!(
+                !left.is_zero(),
+                "no answer to request {key} within {timeout:?}; host log:\n{}",
+                self.stderr()
+            );
+            assert!(
+                !state.closed,
+                "epp-host closed stdout before answering {key}; host log:\n{}",
+                self.stderr()
+            );
             state = cvar.wait_timeout(state, left).unwrap().0;
         }
     }
@@ -239,9 +255,13 @@ impl Host {
     }
 
     /// Request that must fail with `epp_code`; returns the error.
-    pub fn fails(&self, method: &str, params: Value, epp_code: &str) -> RpcError {
+    pub fn fails(&self, method: &str, params: Value, epp_code: &str) -> Box<RpcError> {
         match self.call(method, params.clone()) {
-            Ok(v) => panic!("{method} {} should fail with {epp_code} but returned {}", short(&params), short(&v)),
+            Ok(v) => panic!(
+                "{method} {} should fail with {epp_code} but returned {}",
+                short(&params),
+                short(&v)
+            ),
             Err(e) => {
                 assert_eq!(e.epp, epp_code, "{method} {}: {e:?}", short(&params));
                 assert!(!e.message.is_empty());
@@ -288,7 +308,10 @@ impl Host {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status;
             }
-            assert!(Instant::now() < deadline, "epp-host did not exit within {timeout:?}");
+            assert!(
+                Instant::now() < deadline,
+                "epp-host did not exit within {timeout:?}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }

@@ -17,7 +17,10 @@ use std::path::PathBuf;
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repo root")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("repo root")
 }
 
 /// The cargo target directory (honours `CARGO_TARGET_DIR`).
@@ -46,7 +49,11 @@ pub fn unique(prefix: &str) -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .subsec_nanos();
-    format!("{prefix}-{}-{}-{nanos:x}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{prefix}-{}-{}-{nanos:x}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// Defines `mod $name { fn direct(); fn proxy(); }` running `$body(mode)` in
@@ -69,7 +76,10 @@ macro_rules! both_modes {
 
 /// Runs a command that must exit 0 and returns its stdout.
 pub fn sh(host: &Host, sandbox_id: &str, cmd: &str) -> String {
-    let r = host.ok("commands.run", serde_json::json!({"sandbox_id": sandbox_id, "cmd": cmd}));
+    let r = host.ok(
+        "commands.run",
+        serde_json::json!({"sandbox_id": sandbox_id, "cmd": cmd}),
+    );
     assert_eq!(r["exit_code"], 0, "`{cmd}` failed: {r}");
     r["stdout"].as_str().unwrap().to_string()
 }
@@ -82,7 +92,9 @@ pub fn workdir(host: &Host, sandbox_id: &str) -> String {
 /// Decodes standard base64.
 pub fn b64d(s: &str) -> Vec<u8> {
     use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.decode(s).expect("base64")
+    base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .expect("base64")
 }
 
 /// Encodes standard base64.

@@ -52,6 +52,8 @@ pub fn testbed() -> &'static Testbed {
 }
 
 impl Testbed {
+    // The child is stopped (its whole process group) by the atexit hook, not waited for.
+    #[allow(clippy::zombie_processes)]
     fn start() -> Testbed {
         let api_key = crate::unique("e2e-key");
         let script = crate::repo_root().join("tests/testbed/testbed");
@@ -63,7 +65,9 @@ impl Testbed {
         // Own process group, so one signal stops the server and every sandbox.
         use std::os::unix::process::CommandExt;
         cmd.process_group(0);
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("starting {}: {e}", script.display()));
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", script.display()));
         CHILD_PGID.store(child.id() as i32, std::sync::atomic::Ordering::SeqCst);
         // SAFETY: registering a plain extern "C" function.
         unsafe {
@@ -88,13 +92,23 @@ impl Testbed {
             match rx.recv_timeout(left) {
                 Ok(line) => {
                     if let Some(pos) = line.find("ready at http://") {
-                        let url = line[pos + "ready at ".len()..].split_whitespace().next().unwrap().to_string();
-                        return Testbed { url, api_key, child: Some(child) };
+                        let url = line[pos + "ready at ".len()..]
+                            .split_whitespace()
+                            .next()
+                            .unwrap()
+                            .to_string();
+                        return Testbed {
+                            url,
+                            api_key,
+                            child: Some(child),
+                        };
                     }
                 }
                 Err(_) => {
                     stop_testbed();
-                    panic!("the testbed did not become ready within 180 s (see [testbed] lines above)");
+                    panic!(
+                        "the testbed did not become ready within 180 s (see [testbed] lines above)"
+                    );
                 }
             }
         }

@@ -10,7 +10,15 @@ fn exit_codes_output_cwd_env(mode: Mode) {
     let run = |cmd: &str| host.ok("commands.run", json!({"sandbox_id": id, "cmd": cmd}));
 
     let r = run("echo out; echo err >&2; exit 3");
-    assert_eq!((r["exit_code"].as_i64(), r["stdout"].as_str(), r["stderr"].as_str()), (Some(3), Some("out\n"), Some("err\n")), "{r}");
+    assert_eq!(
+        (
+            r["exit_code"].as_i64(),
+            r["stdout"].as_str(),
+            r["stderr"].as_str()
+        ),
+        (Some(3), Some("out\n"), Some("err\n")),
+        "{r}"
+    );
     assert!(r["command_id"].is_string());
     assert_eq!(run("true")["exit_code"], 0);
     assert_eq!(run("false")["exit_code"], 1);
@@ -18,7 +26,10 @@ fn exit_codes_output_cwd_env(mode: Mode) {
 
     let dir = format!("{}/sub dir ü", workdir(&host, &id));
     host.ok("files.make_dir", json!({"sandbox_id": id, "path": dir}));
-    let r = host.ok("commands.run", json!({"sandbox_id": id, "cmd": "pwd", "cwd": dir}));
+    let r = host.ok(
+        "commands.run",
+        json!({"sandbox_id": id, "cmd": "pwd", "cwd": dir}),
+    );
     assert_eq!(r["stdout"], format!("{dir}\n"));
 
     let r = host.ok(
@@ -32,14 +43,29 @@ fn exit_codes_output_cwd_env(mode: Mode) {
     assert_eq!(r["stdout"], "a\n\nb\n");
 
     let started = Instant::now();
-    let e = host.fails("commands.run", json!({"sandbox_id": id, "cmd": "sleep 30", "timeout": 1}), "E5004");
+    let e = host.fails(
+        "commands.run",
+        json!({"sandbox_id": id, "cmd": "sleep 30", "timeout": 1}),
+        "E5004",
+    );
     assert!(started.elapsed() < Duration::from_secs(10), "{e:?}");
     assert!(e.message.contains("timeout"), "{e:?}");
 
-    host.fails("commands.run", json!({"sandbox_id": id, "cmd": "pwd", "cwd": "/no/such/dir"}), "E1001");
-    host.fails("commands.run", json!({"sandbox_id": id, "cmd": "  "}), "E1001");
+    host.fails(
+        "commands.run",
+        json!({"sandbox_id": id, "cmd": "pwd", "cwd": "/no/such/dir"}),
+        "E1001",
+    );
+    host.fails(
+        "commands.run",
+        json!({"sandbox_id": id, "cmd": "  "}),
+        "E1001",
+    );
 }
-both_modes!(exit_codes_stderr_cwd_env_timeout, super::exit_codes_output_cwd_env);
+both_modes!(
+    exit_codes_stderr_cwd_env_timeout,
+    super::exit_codes_output_cwd_env
+);
 
 fn stream_incrementally(mode: Mode) {
     let host = Host::start(mode);
@@ -47,12 +73,22 @@ fn stream_incrementally(mode: Mode) {
     // 10 MiB in ten bursts 0.3 s apart, then a pause: output must flow while the
     // command runs, not arrive at its end.
     let mib: usize = 1024 * 1024;
-    let cmd = format!("for i in $(seq 10); do head -c {mib} /dev/zero | tr '\\0' x | fold -w 1023; echo; sleep 0.3; done; sleep 2; echo done >&2");
-    let req = host.send("commands.run", json!({"sandbox_id": id, "cmd": cmd, "stream": true}));
-    let answer = host.wait(&req, Duration::from_secs(120)).expect("stream run");
+    let cmd = format!(
+        "for i in $(seq 10); do head -c {mib} /dev/zero | tr '\\0' x | fold -w 1023; echo; sleep 0.3; done; sleep 2; echo done >&2"
+    );
+    let req = host.send(
+        "commands.run",
+        json!({"sandbox_id": id, "cmd": cmd, "stream": true}),
+    );
+    let answer = host
+        .wait(&req, Duration::from_secs(120))
+        .expect("stream run");
     let answered_at = Instant::now();
     assert_eq!(answer["exit_code"], 0, "{answer}");
-    assert!(answer.get("stdout").is_none(), "streamed runs don't repeat the output: {answer}");
+    assert!(
+        answer.get("stdout").is_none(),
+        "streamed runs don't repeat the output: {answer}"
+    );
 
     let started = host.notes_for("commands.started", &req);
     assert_eq!(started.len(), 1);
@@ -64,18 +100,37 @@ fn stream_incrementally(mode: Mode) {
         .map(|(_, n)| n["params"]["data"].as_str().unwrap().len())
         .sum();
     let lines = 10 * mib.div_ceil(1023);
-    assert_eq!(stdout, 10 * mib + lines, "all output arrives, line terminators restored");
+    assert_eq!(
+        stdout,
+        10 * mib + lines,
+        "all output arrives, line terminators restored"
+    );
     let stderr: String = outputs
         .iter()
         .filter(|(_, n)| n["params"]["stream"] == "stderr")
         .map(|(_, n)| n["params"]["data"].as_str().unwrap())
         .collect();
     assert_eq!(stderr, "done\n");
-    assert!(outputs.len() >= 10, "output comes in pieces, got {}", outputs.len());
+    assert!(
+        outputs.len() >= 10,
+        "output comes in pieces, got {}",
+        outputs.len()
+    );
     let first = outputs[0].0;
-    let last_stdout = outputs.iter().rev().find(|(_, n)| n["params"]["stream"] == "stdout").unwrap().0;
-    assert!(last_stdout.duration_since(first) > Duration::from_millis(1500), "stdout arrived in one lump");
-    assert!(answered_at.duration_since(first) > Duration::from_secs(3), "output was held back until the end");
+    let last_stdout = outputs
+        .iter()
+        .rev()
+        .find(|(_, n)| n["params"]["stream"] == "stdout")
+        .unwrap()
+        .0;
+    assert!(
+        last_stdout.duration_since(first) > Duration::from_millis(1500),
+        "stdout arrived in one lump"
+    );
+    assert!(
+        answered_at.duration_since(first) > Duration::from_secs(3),
+        "output was held back until the end"
+    );
     assert!(started[0].0 <= first);
 }
 both_modes!(stream_10_mib_incrementally, super::stream_incrementally);
@@ -85,28 +140,50 @@ fn cancel_mid_stream(mode: Mode) {
     let id = host.create_sandbox();
     let marker = format!("{}/{}", workdir(&host, &id), unique("never"));
     let cmd = format!("for i in $(seq 1 25); do echo $i; sleep 0.2; done; touch '{marker}'");
-    let req = host.send("commands.run", json!({"sandbox_id": id, "cmd": cmd, "stream": true}));
-    let first = host.wait_note(Duration::from_secs(30), |n| n["method"] == "commands.output" && n["params"]["request_id"] == req);
+    let req = host.send(
+        "commands.run",
+        json!({"sandbox_id": id, "cmd": cmd, "stream": true}),
+    );
+    let first = host.wait_note(Duration::from_secs(30), |n| {
+        n["method"] == "commands.output" && n["params"]["request_id"] == req
+    });
     assert!(first.is_some(), "no output before cancel");
     let command_id = host.notes_for("commands.started", &req)[0].1["params"]["command_id"].clone();
-    assert_eq!(host.ok("epp.cancel", json!({"id": req})), json!({"cancelled": true}));
-    let e = host.wait(&req, Duration::from_secs(30)).expect_err("cancelled");
+    assert_eq!(
+        host.ok("epp.cancel", json!({"id": req})),
+        json!({"cancelled": true})
+    );
+    let e = host
+        .wait(&req, Duration::from_secs(30))
+        .expect_err("cancelled");
     assert_eq!((e.code, e.epp.as_str()), (-32800, "E4999"));
     // The command was interrupted in the sandbox.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let status = host.ok("commands.status", json!({"sandbox_id": id, "command_id": command_id}));
+        let status = host.ok(
+            "commands.status",
+            json!({"sandbox_id": id, "command_id": command_id}),
+        );
         if status["running"] == false {
             break;
         }
-        assert!(Instant::now() < deadline, "still running after cancel: {status}");
+        assert!(
+            Instant::now() < deadline,
+            "still running after cancel: {status}"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     std::thread::sleep(Duration::from_secs(6));
     let exists = host.ok("files.exists", json!({"sandbox_id": id, "path": marker}));
-    assert_eq!(exists["exists"], false, "the cancelled command ran to its end");
+    assert_eq!(
+        exists["exists"], false,
+        "the cancelled command ran to its end"
+    );
     // Cancelling something finished is harmless.
-    assert_eq!(host.ok("epp.cancel", json!({"id": req})), json!({"cancelled": false}));
+    assert_eq!(
+        host.ok("epp.cancel", json!({"id": req})),
+        json!({"cancelled": false})
+    );
 }
 both_modes!(cancel_interrupts_the_command, super::cancel_mid_stream);
 
@@ -118,11 +195,17 @@ fn background(mode: Mode) {
         "commands.run",
         json!({"sandbox_id": id, "background": true, "cmd": "for i in 1 2 3; do echo line$i; sleep 0.3; done"}),
     );
-    assert!(started.elapsed() < Duration::from_secs(5), "background returns at once");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "background returns at once"
+    );
     let cmd = r["command_id"].as_str().unwrap().to_string();
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
-        let s = host.ok("commands.status", json!({"sandbox_id": id, "command_id": cmd}));
+        let s = host.ok(
+            "commands.status",
+            json!({"sandbox_id": id, "command_id": cmd}),
+        );
         if s["running"] == false {
             break s;
         }
@@ -130,18 +213,41 @@ fn background(mode: Mode) {
         std::thread::sleep(Duration::from_millis(200));
     };
     assert_eq!(status["exit_code"], 0, "{status}");
-    let logs = host.ok("commands.logs", json!({"sandbox_id": id, "command_id": cmd}));
+    let logs = host.ok(
+        "commands.logs",
+        json!({"sandbox_id": id, "command_id": cmd}),
+    );
     assert_eq!(logs["output"], "line1\nline2\nline3\n");
-    let rest = host.ok("commands.logs", json!({"sandbox_id": id, "command_id": cmd, "cursor": logs["cursor"]}));
+    let rest = host.ok(
+        "commands.logs",
+        json!({"sandbox_id": id, "command_id": cmd, "cursor": logs["cursor"]}),
+    );
     assert_eq!(rest["output"], "");
-    host.fails("commands.kill", json!({"sandbox_id": id, "command_id": cmd}), "E4004");
+    host.fails(
+        "commands.kill",
+        json!({"sandbox_id": id, "command_id": cmd}),
+        "E4004",
+    );
 
-    let long = host.ok("commands.run", json!({"sandbox_id": id, "background": true, "cmd": "sleep 60"}));
+    let long = host.ok(
+        "commands.run",
+        json!({"sandbox_id": id, "background": true, "cmd": "sleep 60"}),
+    );
     let long_id = long["command_id"].as_str().unwrap();
-    host.ok("commands.kill", json!({"sandbox_id": id, "command_id": long_id}));
-    let s = host.ok("commands.status", json!({"sandbox_id": id, "command_id": long_id}));
+    host.ok(
+        "commands.kill",
+        json!({"sandbox_id": id, "command_id": long_id}),
+    );
+    let s = host.ok(
+        "commands.status",
+        json!({"sandbox_id": id, "command_id": long_id}),
+    );
     assert_eq!(s["running"], false, "{s}");
-    host.fails("commands.status", json!({"sandbox_id": id, "command_id": "0123456789abcdef"}), "E4004");
+    host.fails(
+        "commands.status",
+        json!({"sandbox_id": id, "command_id": "0123456789abcdef"}),
+        "E4004",
+    );
     host.fails(
         "commands.run",
         json!({"sandbox_id": id, "cmd": "true", "background": true, "stream": true}),
@@ -154,12 +260,22 @@ fn processes(mode: Mode) {
     let host = Host::start(mode);
     let id = host.create_sandbox();
     // A command line no other test (or mode) uses: the testbed shows every process of the machine.
-    let tag: u64 = unique("p").bytes().fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+    let tag: u64 = unique("p")
+        .bytes()
+        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
     let secs = format!("{}.{:03}", 200 + tag % 700, tag % 997);
-    host.ok("commands.run", json!({"sandbox_id": id, "background": true, "cmd": format!("exec sleep {secs}")}));
+    host.ok(
+        "commands.run",
+        json!({"sandbox_id": id, "background": true, "cmd": format!("exec sleep {secs}")}),
+    );
     let find = || -> Option<Value> {
         let list = host.ok("process.list", json!({"sandbox_id": id}));
-        list["processes"].as_array().unwrap().iter().find(|p| p["cmdline"] == format!("sleep {secs}")).cloned()
+        list["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["cmdline"] == format!("sleep {secs}"))
+            .cloned()
     };
     let mut proc = None;
     for _ in 0..25 {
@@ -170,16 +286,34 @@ fn processes(mode: Mode) {
         std::thread::sleep(Duration::from_millis(200));
     }
     let proc = proc.expect("the background sleep is listed");
-    assert!(proc["ppid"].as_u64().is_some() && proc["user"].as_str().is_some_and(|u| !u.is_empty()), "{proc}");
+    assert!(
+        proc["ppid"].as_u64().is_some() && proc["user"].as_str().is_some_and(|u| !u.is_empty()),
+        "{proc}"
+    );
     let pid = proc["pid"].as_u64().unwrap();
-    host.ok("process.signal", json!({"sandbox_id": id, "pid": pid, "signal": "SIGKILL"}));
+    host.ok(
+        "process.signal",
+        json!({"sandbox_id": id, "pid": pid, "signal": "SIGKILL"}),
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     while find().is_some() {
         assert!(Instant::now() < deadline, "process {pid} survived SIGKILL");
         std::thread::sleep(Duration::from_millis(200));
     }
-    host.fails("process.signal", json!({"sandbox_id": id, "pid": pid, "signal": "TERM"}), "E4004");
-    host.fails("process.signal", json!({"sandbox_id": id, "pid": pid, "signal": "SIGNOPE"}), "E1001");
-    host.fails("commands.send_input", json!({"sandbox_id": id, "command_id": "x", "data": "aGk="}), "E8004");
+    host.fails(
+        "process.signal",
+        json!({"sandbox_id": id, "pid": pid, "signal": "TERM"}),
+        "E4004",
+    );
+    host.fails(
+        "process.signal",
+        json!({"sandbox_id": id, "pid": pid, "signal": "SIGNOPE"}),
+        "E1001",
+    );
+    host.fails(
+        "commands.send_input",
+        json!({"sandbox_id": id, "command_id": "x", "data": "aGk="}),
+        "E8004",
+    );
 }
 both_modes!(process_list_and_signal, super::processes);

@@ -8,26 +8,61 @@ use std::time::{Duration, Instant};
 #[test]
 fn unsupported_methods_answer_e8004_at_once_without_network() {
     // A base URL nobody listens on: any network use would fail with E5003 instead.
-    let host = HostBuilder::new(Mode::Direct).env("ABX_OPENSANDBOX_BASE_URL", "http://127.0.0.1:9").spawn();
+    let host = HostBuilder::new(Mode::Direct)
+        .env("ABX_OPENSANDBOX_BASE_URL", "http://127.0.0.1:9")
+        .spawn();
     let s = "sb-1";
     let cases = [
         ("files.watch", json!({"sandbox_id": s, "path": "/tmp"})),
-        ("files.upload_url", json!({"sandbox_id": s, "path": "/tmp/x"})),
-        ("files.download_url", json!({"sandbox_id": s, "path": "/tmp/x"})),
+        (
+            "files.upload_url",
+            json!({"sandbox_id": s, "path": "/tmp/x"}),
+        ),
+        (
+            "files.download_url",
+            json!({"sandbox_id": s, "path": "/tmp/x"}),
+        ),
         ("code.run", json!({"sandbox_id": s, "code": "print(1)"})),
         ("code.create_context", json!({"sandbox_id": s})),
         ("templates.list", json!({})),
         ("templates.get", json!({"name": "base"})),
-        ("templates.build", json!({"name": "t", "base_image": "alpine"})),
-        ("ports.domain", json!({"sandbox_id": s, "port": 80, "domain": "x.example.org"})),
-        ("storage.mount", json!({"sandbox_id": s, "source": "s3://b", "mount_path": "/mnt"})),
-        ("storage.unmount", json!({"sandbox_id": s, "mount_path": "/mnt"})),
-        ("network.vpc_attach", json!({"sandbox_id": s, "vpc_id": "v"})),
-        ("network.vpc_detach", json!({"sandbox_id": s, "vpc_id": "v"})),
+        (
+            "templates.build",
+            json!({"name": "t", "base_image": "alpine"}),
+        ),
+        (
+            "ports.domain",
+            json!({"sandbox_id": s, "port": 80, "domain": "x.example.org"}),
+        ),
+        (
+            "storage.mount",
+            json!({"sandbox_id": s, "source": "s3://b", "mount_path": "/mnt"}),
+        ),
+        (
+            "storage.unmount",
+            json!({"sandbox_id": s, "mount_path": "/mnt"}),
+        ),
+        (
+            "network.vpc_attach",
+            json!({"sandbox_id": s, "vpc_id": "v"}),
+        ),
+        (
+            "network.vpc_detach",
+            json!({"sandbox_id": s, "vpc_id": "v"}),
+        ),
         ("sessions.create", json!({"sandbox_id": s})),
-        ("sessions.run", json!({"sandbox_id": s, "session_id": "x", "cmd": "ls"})),
-        ("sessions.close", json!({"sandbox_id": s, "session_id": "x"})),
-        ("commands.send_input", json!({"sandbox_id": s, "command_id": "c", "data": "aGk="})),
+        (
+            "sessions.run",
+            json!({"sandbox_id": s, "session_id": "x", "cmd": "ls"}),
+        ),
+        (
+            "sessions.close",
+            json!({"sandbox_id": s, "session_id": "x"}),
+        ),
+        (
+            "commands.send_input",
+            json!({"sandbox_id": s, "command_id": "c", "data": "aGk="}),
+        ),
     ];
     let started = Instant::now();
     for (method, params) in cases {
@@ -35,7 +70,11 @@ fn unsupported_methods_answer_e8004_at_once_without_network() {
         assert_eq!(e.code, -32000, "{method}: {e:?}");
         assert!(e.message.contains(method), "{method}: {e:?}");
     }
-    assert!(started.elapsed() < Duration::from_secs(5), "E8004 answers took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "E8004 answers took {:?}",
+        started.elapsed()
+    );
     let hello = host.ok("epp.hello", json!({}));
     let caps = hello["capabilities"].as_object().unwrap();
     assert_eq!(caps.len(), 18);
@@ -45,7 +84,11 @@ fn unsupported_methods_answer_e8004_at_once_without_network() {
 #[test]
 fn bad_params_are_e1001() {
     let host = Host::start(Mode::Direct);
-    let e = host.fails("sandbox.create", json!({"template": "no-such-template"}), "E1001");
+    let e = host.fails(
+        "sandbox.create",
+        json!({"template": "no-such-template"}),
+        "E1001",
+    );
     assert!(e.message.contains("ABX_OPENSANDBOX_IMAGE_ALIASES"), "{e:?}");
     let e = host.fails("sandbox.create", json!({"timeout": 30}), "E1001");
     assert!(e.message.contains("60"), "{e:?}");
@@ -56,7 +99,11 @@ fn bad_params_are_e1001() {
     let e = host.fails("commands.run", json!({"sandbox_id": "x"}), "E1001");
     assert!(e.message.contains("cmd"), "{e:?}");
     host.fails("sandbox.get_info", json!({"sandbox_id": "../etc"}), "E1001");
-    host.fails("sandbox.set_timeout", json!({"sandbox_id": "x", "timeout": -5}), "E1001");
+    host.fails(
+        "sandbox.set_timeout",
+        json!({"sandbox_id": "x", "timeout": -5}),
+        "E1001",
+    );
     let e = host.call("no.such_method", json!({})).unwrap_err();
     assert_eq!((e.code, e.epp.as_str()), (-32601, "E1001"));
 }
@@ -80,11 +127,18 @@ fn wrong_api_key_is_e2002() {
     if testbed().api_key.is_empty() {
         panic!("the e2e testbed must run with an API key");
     }
-    let host = HostBuilder::new(Mode::Direct).env("ABX_OPENSANDBOX_API_KEY", "wrong-key").spawn();
+    let host = HostBuilder::new(Mode::Direct)
+        .env("ABX_OPENSANDBOX_API_KEY", "wrong-key")
+        .spawn();
     let e = host.fails("sandbox.list", json!({}), "E2002");
     assert_eq!(e.data["http_status"], 401);
-    assert!(!e.message.contains("wrong-key"), "the key leaked into the message: {e:?}");
-    let host = HostBuilder::new(Mode::Direct).without_env("ABX_OPENSANDBOX_API_KEY").spawn();
+    assert!(
+        !e.message.contains("wrong-key"),
+        "the key leaked into the message: {e:?}"
+    );
+    let host = HostBuilder::new(Mode::Direct)
+        .without_env("ABX_OPENSANDBOX_API_KEY")
+        .spawn();
     host.fails("sandbox.list", json!({}), "E2002");
 }
 
@@ -95,9 +149,18 @@ fn unknown_sandbox_is_e4004() {
         ("sandbox.get_info", json!({"sandbox_id": "no-such-sandbox"})),
         ("sandbox.kill", json!({"sandbox_id": "no-such-sandbox"})),
         ("sandbox.pause", json!({"sandbox_id": "no-such-sandbox"})),
-        ("commands.run", json!({"sandbox_id": "no-such-sandbox", "cmd": "true"})),
-        ("files.read", json!({"sandbox_id": "no-such-sandbox", "path": "/etc/hostname"})),
-        ("files.exists", json!({"sandbox_id": "no-such-sandbox", "path": "/etc/hostname"})),
+        (
+            "commands.run",
+            json!({"sandbox_id": "no-such-sandbox", "cmd": "true"}),
+        ),
+        (
+            "files.read",
+            json!({"sandbox_id": "no-such-sandbox", "path": "/etc/hostname"}),
+        ),
+        (
+            "files.exists",
+            json!({"sandbox_id": "no-such-sandbox", "path": "/etc/hostname"}),
+        ),
     ] {
         host.fails(method, params, "E4004");
     }
@@ -105,9 +168,16 @@ fn unknown_sandbox_is_e4004() {
 
 #[test]
 fn server_down_is_e5003() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let host = HostBuilder::new(Mode::Direct)
-        .env("ABX_OPENSANDBOX_BASE_URL", &format!("http://127.0.0.1:{port}"))
+        .env(
+            "ABX_OPENSANDBOX_BASE_URL",
+            &format!("http://127.0.0.1:{port}"),
+        )
         .spawn();
     let e = host.fails("sandbox.list", json!({}), "E5003");
     assert!(e.message.contains(&port.to_string()), "{e:?}");
@@ -118,7 +188,9 @@ fn server_down_is_e5003() {
 #[test]
 fn endpoint_on_another_host_is_e6001_until_allowed() {
     let url = testbed().url.replace("127.0.0.1", "localhost");
-    let host = HostBuilder::new(Mode::Direct).env("ABX_OPENSANDBOX_BASE_URL", &url).spawn();
+    let host = HostBuilder::new(Mode::Direct)
+        .env("ABX_OPENSANDBOX_BASE_URL", &url)
+        .spawn();
     let e = host.fails("sandbox.create", json!({"ready_timeout": 10}), "E6001");
     assert!(e.message.contains("ABX_OPENSANDBOX_ALLOW_HOSTS"), "{e:?}");
     let allowed = HostBuilder::new(Mode::Direct)
@@ -129,7 +201,13 @@ fn endpoint_on_another_host_is_e6001_until_allowed() {
     assert_eq!(epp_e2e::sh(&allowed, &id, "echo ok"), "ok\n");
     // The failed create left nothing behind.
     let ours = allowed.ok("sandbox.list", json!({}));
-    assert!(ours["sandboxes"].as_array().unwrap().iter().all(|s| s["state"] != "failed"));
+    assert!(
+        ours["sandboxes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["state"] != "failed")
+    );
 }
 
 /// A sandbox whose execd died: through the server proxy that is a 502 (E5001),
@@ -150,10 +228,19 @@ fn dead_execd(mode: Mode) {
         .unwrap_or_else(|| panic!("no execd for {dir} in {list}"))
         .clone();
     let pid = execd["pid"].as_u64().unwrap();
-    let _ = host.call("process.signal", json!({"sandbox_id": id, "pid": pid, "signal": "KILL"}));
+    let _ = host.call(
+        "process.signal",
+        json!({"sandbox_id": id, "pid": pid, "signal": "KILL"}),
+    );
     std::thread::sleep(Duration::from_millis(500));
-    let want = if mode == Mode::Proxy { "E5001" } else { "E5003" };
-    let e = host.call("commands.run", json!({"sandbox_id": id, "cmd": "true"})).unwrap_err();
+    let want = if mode == Mode::Proxy {
+        "E5001"
+    } else {
+        "E5003"
+    };
+    let e = host
+        .call("commands.run", json!({"sandbox_id": id, "cmd": "true"}))
+        .unwrap_err();
     assert_eq!(e.epp, want, "{mode:?}: {e:?}");
 }
 epp_e2e::both_modes!(execd_gone, super::dead_execd);

@@ -8,18 +8,42 @@ fn binary_round_trip(mode: Mode) {
     let id = host.create_sandbox();
     let path = format!("{}/all-bytes.bin", workdir(&host, &id));
     let bytes: Vec<u8> = (0..=255u8).cycle().take(256 * 4).collect();
-    let info = host.ok("files.write", json!({"sandbox_id": id, "path": path, "content": b64e(&bytes), "encoding": "base64"}));
-    assert_eq!((info["size"].as_u64(), info["type"].as_str(), info["path"].as_str()), (Some(1024), Some("file"), Some(path.as_str())), "{info}");
-    let read = host.ok("files.read", json!({"sandbox_id": id, "path": path, "encoding": "base64"}));
+    let info = host.ok(
+        "files.write",
+        json!({"sandbox_id": id, "path": path, "content": b64e(&bytes), "encoding": "base64"}),
+    );
+    assert_eq!(
+        (
+            info["size"].as_u64(),
+            info["type"].as_str(),
+            info["path"].as_str()
+        ),
+        (Some(1024), Some("file"), Some(path.as_str())),
+        "{info}"
+    );
+    let read = host.ok(
+        "files.read",
+        json!({"sandbox_id": id, "path": path, "encoding": "base64"}),
+    );
     assert_eq!(b64d(read["content"].as_str().unwrap()), bytes);
     assert_eq!(read["size"], 1024);
-    let e = host.fails("files.read", json!({"sandbox_id": id, "path": path}), "E1001");
+    let e = host.fails(
+        "files.read",
+        json!({"sandbox_id": id, "path": path}),
+        "E1001",
+    );
     assert!(e.message.contains("base64"), "{e:?}");
     // A byte range.
-    let part = host.ok("files.read", json!({"sandbox_id": id, "path": path, "encoding": "base64", "offset": 250, "length": 10}));
+    let part = host.ok(
+        "files.read",
+        json!({"sandbox_id": id, "path": path, "encoding": "base64", "offset": 250, "length": 10}),
+    );
     assert_eq!(b64d(part["content"].as_str().unwrap()), bytes[250..260]);
 }
-both_modes!(binary_round_trip_all_256_byte_values, super::binary_round_trip);
+both_modes!(
+    binary_round_trip_all_256_byte_values,
+    super::binary_round_trip
+);
 
 fn large_file(mode: Mode) {
     let host = Host::start(mode);
@@ -35,10 +59,16 @@ fn large_file(mode: Mode) {
             x as u8
         })
         .collect();
-    let info = host.ok("files.write", json!({"sandbox_id": id, "path": path, "content": b64e(&bytes), "encoding": "base64"}));
+    let info = host.ok(
+        "files.write",
+        json!({"sandbox_id": id, "path": path, "content": b64e(&bytes), "encoding": "base64"}),
+    );
     assert_eq!(info["size"], bytes.len());
     let sum = epp_e2e::sh(&host, &id, &format!("sha256sum '{path}' | cut -d' ' -f1"));
-    let read = host.ok("files.read", json!({"sandbox_id": id, "path": path, "encoding": "base64"}));
+    let read = host.ok(
+        "files.read",
+        json!({"sandbox_id": id, "path": path, "encoding": "base64"}),
+    );
     let back = b64d(read["content"].as_str().unwrap());
     assert!(back == bytes, "50 MiB round trip differs");
     assert_eq!(sum.trim().len(), 64);
@@ -52,39 +82,100 @@ fn paths_and_errors(mode: Mode) {
     let file = format!("{root}/sub/naïve file.txt");
     let text = "héllo wörld\nline 2\n";
     // Parents are created.
-    let info = host.ok("files.write", json!({"sandbox_id": id, "path": file, "content": text, "mode": "0600"}));
+    let info = host.ok(
+        "files.write",
+        json!({"sandbox_id": id, "path": file, "content": text, "mode": "0600"}),
+    );
     assert_eq!(info["mode"], "0600", "{info}");
     assert_eq!(info["name"], "naïve file.txt");
-    assert_eq!(host.ok("files.read", json!({"sandbox_id": id, "path": file}))["content"], text);
-    assert_eq!(host.ok("files.exists", json!({"sandbox_id": id, "path": file}))["exists"], true);
-    let got = host.ok("files.get_info", json!({"sandbox_id": id, "path": format!("{root}/sub")}));
+    assert_eq!(
+        host.ok("files.read", json!({"sandbox_id": id, "path": file}))["content"],
+        text
+    );
+    assert_eq!(
+        host.ok("files.exists", json!({"sandbox_id": id, "path": file}))["exists"],
+        true
+    );
+    let got = host.ok(
+        "files.get_info",
+        json!({"sandbox_id": id, "path": format!("{root}/sub")}),
+    );
     assert_eq!(got["type"], "directory");
 
-    let listed = host.ok("files.list", json!({"sandbox_id": id, "path": root, "depth": 2}));
-    let names: Vec<&str> = listed["entries"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
-    assert!(names.contains(&"sub") && names.contains(&"naïve file.txt"), "{names:?}");
+    let listed = host.ok(
+        "files.list",
+        json!({"sandbox_id": id, "path": root, "depth": 2}),
+    );
+    let names: Vec<&str> = listed["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"sub") && names.contains(&"naïve file.txt"),
+        "{names:?}"
+    );
     let shallow = host.ok("files.list", json!({"sandbox_id": id, "path": root}));
     assert_eq!(shallow["entries"].as_array().unwrap().len(), 1, "{shallow}");
 
     let renamed = format!("{root}/renamed.txt");
-    let moved = host.ok("files.rename", json!({"sandbox_id": id, "old_path": file, "new_path": renamed}));
+    let moved = host.ok(
+        "files.rename",
+        json!({"sandbox_id": id, "old_path": file, "new_path": renamed}),
+    );
     assert_eq!(moved["path"], renamed.as_str());
-    assert_eq!(host.ok("files.exists", json!({"sandbox_id": id, "path": file}))["exists"], false);
-    host.ok("files.write", json!({"sandbox_id": id, "path": file, "content": "again"}));
-    host.fails("files.rename", json!({"sandbox_id": id, "old_path": file, "new_path": renamed}), "E4009");
+    assert_eq!(
+        host.ok("files.exists", json!({"sandbox_id": id, "path": file}))["exists"],
+        false
+    );
+    host.ok(
+        "files.write",
+        json!({"sandbox_id": id, "path": file, "content": "again"}),
+    );
+    host.fails(
+        "files.rename",
+        json!({"sandbox_id": id, "old_path": file, "new_path": renamed}),
+        "E4009",
+    );
 
     let new_dir = format!("{root}/made/deep");
-    assert_eq!(host.ok("files.make_dir", json!({"sandbox_id": id, "path": new_dir}))["created"], true);
-    assert_eq!(host.ok("files.make_dir", json!({"sandbox_id": id, "path": new_dir}))["created"], false);
-    host.fails("files.make_dir", json!({"sandbox_id": id, "path": renamed}), "E4009");
+    assert_eq!(
+        host.ok("files.make_dir", json!({"sandbox_id": id, "path": new_dir}))["created"],
+        true
+    );
+    assert_eq!(
+        host.ok("files.make_dir", json!({"sandbox_id": id, "path": new_dir}))["created"],
+        false
+    );
+    host.fails(
+        "files.make_dir",
+        json!({"sandbox_id": id, "path": renamed}),
+        "E4009",
+    );
 
     // Overwrite replaces the whole file.
-    host.ok("files.write", json!({"sandbox_id": id, "path": renamed, "content": "short"}));
-    assert_eq!(host.ok("files.read", json!({"sandbox_id": id, "path": renamed}))["content"], "short");
+    host.ok(
+        "files.write",
+        json!({"sandbox_id": id, "path": renamed, "content": "short"}),
+    );
+    assert_eq!(
+        host.ok("files.read", json!({"sandbox_id": id, "path": renamed}))["content"],
+        "short"
+    );
 
     host.ok("files.remove", json!({"sandbox_id": id, "path": renamed}));
-    host.ok("files.remove", json!({"sandbox_id": id, "path": format!("{root}/made")}));
-    assert_eq!(host.ok("files.exists", json!({"sandbox_id": id, "path": format!("{root}/made")}))["exists"], false);
+    host.ok(
+        "files.remove",
+        json!({"sandbox_id": id, "path": format!("{root}/made")}),
+    );
+    assert_eq!(
+        host.ok(
+            "files.exists",
+            json!({"sandbox_id": id, "path": format!("{root}/made")})
+        )["exists"],
+        false
+    );
 
     let missing = format!("{root}/nope.txt");
     for (method, params) in [
@@ -92,15 +183,39 @@ fn paths_and_errors(mode: Mode) {
         ("files.get_info", json!({"sandbox_id": id, "path": missing})),
         ("files.remove", json!({"sandbox_id": id, "path": missing})),
         ("files.list", json!({"sandbox_id": id, "path": missing})),
-        ("files.rename", json!({"sandbox_id": id, "old_path": missing, "new_path": format!("{root}/x")})),
+        (
+            "files.rename",
+            json!({"sandbox_id": id, "old_path": missing, "new_path": format!("{root}/x")}),
+        ),
     ] {
         let e = host.fails(method, params, "E4004");
         assert!(e.message.contains("nope.txt"), "{method}: {e:?}");
     }
-    host.fails("files.write", json!({"sandbox_id": id, "path": file, "content": "%%%", "encoding": "base64"}), "E1001");
-    let numeric = host.ok("files.write", json!({"sandbox_id": id, "path": file, "content": "x", "mode": 640}));
-    assert_eq!(numeric["mode"], "0640", "numbers are octal digits, as OpenSandbox writes modes");
-    host.fails("files.write", json!({"sandbox_id": id, "path": file, "content": "x", "mode": 648}), "E1001");
-    host.fails("files.list", json!({"sandbox_id": id, "path": renamed.clone() + "x", "depth": 0}), "E1001");
+    host.fails(
+        "files.write",
+        json!({"sandbox_id": id, "path": file, "content": "%%%", "encoding": "base64"}),
+        "E1001",
+    );
+    let numeric = host.ok(
+        "files.write",
+        json!({"sandbox_id": id, "path": file, "content": "x", "mode": 640}),
+    );
+    assert_eq!(
+        numeric["mode"], "0640",
+        "numbers are octal digits, as OpenSandbox writes modes"
+    );
+    host.fails(
+        "files.write",
+        json!({"sandbox_id": id, "path": file, "content": "x", "mode": 648}),
+        "E1001",
+    );
+    host.fails(
+        "files.list",
+        json!({"sandbox_id": id, "path": renamed.clone() + "x", "depth": 0}),
+        "E1001",
+    );
 }
-both_modes!(paths_with_spaces_and_utf8_and_errors, super::paths_and_errors);
+both_modes!(
+    paths_with_spaces_and_utf8_and_errors,
+    super::paths_and_errors
+);

@@ -140,15 +140,18 @@ pub async fn follow(
                     flush(ctx, &mut pending, forward, &mut collected).await;
                     match other {
                         CommandEvent::Started(id) => {
-                            *ctx.started.lock().expect("lock") = Some((sandbox_id.to_string(), id.clone()));
+                            *ctx.started.lock().expect("lock") =
+                                Some((sandbox_id.to_string(), id.clone()));
                             if forward {
-                                ctx.notify("commands.started", json!({"command_id": id})).await;
+                                ctx.notify("commands.started", json!({"command_id": id}))
+                                    .await;
                             }
                             command_id = Some(id);
                         }
                         CommandEvent::Exited(CommandExit { exit_code, error }) => {
                             ctx.started.lock().expect("lock").take();
-                            let mut result = json!({"command_id": command_id, "exit_code": exit_code});
+                            let mut result =
+                                json!({"command_id": command_id, "exit_code": exit_code});
                             if let Some(error) = error {
                                 result["error"] = json!(error);
                             }
@@ -161,7 +164,9 @@ pub async fn follow(
                             }
                             return Ok(result);
                         }
-                        CommandEvent::Stdout(_) | CommandEvent::Stderr(_) => unreachable!("handled above"),
+                        CommandEvent::Stdout(_) | CommandEvent::Stderr(_) => {
+                            unreachable!("handled above")
+                        }
                     }
                     continue;
                 }
@@ -179,7 +184,12 @@ pub async fn follow(
 }
 
 /// Sends (or collects) buffered output of one stream.
-async fn flush(ctx: &CallCtx, pending: &mut Option<(bool, String)>, forward: bool, collected: &mut Collected) {
+async fn flush(
+    ctx: &CallCtx,
+    pending: &mut Option<(bool, String)>,
+    forward: bool,
+    collected: &mut Collected,
+) {
     let Some((to_stdout, text)) = pending.take() else {
         return;
     };
@@ -188,7 +198,8 @@ async fn flush(ctx: &CallCtx, pending: &mut Option<(bool, String)>, forward: boo
     }
     if forward {
         let stream = if to_stdout { "stdout" } else { "stderr" };
-        ctx.notify("commands.output", json!({"stream": stream, "data": text})).await;
+        ctx.notify("commands.output", json!({"stream": stream, "data": text}))
+            .await;
     } else {
         collected.push(to_stdout, text);
     }

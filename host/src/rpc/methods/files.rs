@@ -99,10 +99,17 @@ pub fn parse_mode(method: &str, mode: &Value) -> Result<u32, RpcError> {
     let digits = match mode {
         Value::String(s) => s.trim_start_matches("0o").to_string(),
         Value::Number(n) if n.is_u64() => n.to_string(),
-        other => return Err(bad(format!("mode must be octal digits like \"0644\" or 644, got {other}"))),
+        other => {
+            return Err(bad(format!(
+                "mode must be octal digits like \"0644\" or 644, got {other}"
+            )));
+        }
     };
-    let bits = u32::from_str_radix(&digits, 8)
-        .map_err(|_| bad(format!("mode `{digits}` is not octal; use digits 0-7 such as \"0644\"")))?;
+    let bits = u32::from_str_radix(&digits, 8).map_err(|_| {
+        bad(format!(
+            "mode `{digits}` is not octal; use digits 0-7 such as \"0644\""
+        ))
+    })?;
     if bits > 0o7777 {
         return Err(bad(format!("mode {digits} is beyond 7777")));
     }

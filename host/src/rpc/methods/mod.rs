@@ -201,7 +201,12 @@ pub fn trap_error(trap: &wasmtime::Error) -> RpcError {
     let cause = match trap.downcast_ref::<wasmtime::Trap>() {
         Some(wasmtime::Trap::UnreachableCodeReached) => "it panicked or aborted".to_string(),
         Some(code) => format!("wasm trap: {code}"),
-        None => trap.to_string().lines().next().unwrap_or("unknown").to_string(),
+        None => trap
+            .to_string()
+            .lines()
+            .next()
+            .unwrap_or("unknown")
+            .to_string(),
     };
     RpcError::fault(format!(
         "the provider crashed ({cause}; details in the host log); this request failed, the host keeps serving"

@@ -133,7 +133,9 @@ fn instruction(id: &str) -> R<SandboxInfo> {
         "memo" => Ok(answer(id, memo_round_trip())),
         "memo-get" => Ok(answer(
             id,
-            memo::get(arg).map(|v| vec![kv("value", v)]).unwrap_or_default(),
+            memo::get(arg)
+                .map(|v| vec![kv("value", v)])
+                .unwrap_or_default(),
         )),
         "sleep" => {
             sleep_ms(number("sleep", arg)?);
@@ -200,10 +202,8 @@ fn fetch(url: &str, forge_key: bool) -> Kv {
             "set-header",
             outcome.map_or_else(header_error_name, |()| "ok"),
         ));
-        let list = Fields::from_list(&[(
-            KEY_HEADER.to_ascii_lowercase(),
-            b"guest-forged".to_vec(),
-        )]);
+        let list =
+            Fields::from_list(&[(KEY_HEADER.to_ascii_lowercase(), b"guest-forged".to_vec())]);
         out.push(kv(
             "from-list",
             list.map_or_else(header_error_name, |_| "ok"),
@@ -252,13 +252,13 @@ fn fetch(url: &str, forge_key: bool) -> Kv {
 }
 
 fn ws(url: &str) -> Kv {
-    let key = format!(
-        "probe-{:016x}",
-        wasip2::random::random::get_random_u64()
-    );
+    let key = format!("probe-{:016x}", wasip2::random::random::get_random_u64());
     let forged = [(KEY_HEADER.to_string(), "guest-forged".to_string())];
     if let Err(e) = websocket::connect(&key, url, &forged) {
-        return vec![kv("error", format!("{:?}", e.code)), kv("message", e.message)];
+        return vec![
+            kv("error", format!("{:?}", e.code)),
+            kv("message", e.message),
+        ];
     }
     let mut out = vec![kv("connect", "ok")];
     let sent = websocket::send(&key, &websocket::Message::Text("hello".into()));

@@ -1,0 +1,93 @@
+//! The shipped component itself: valid, signed, the right world, and importing
+//! nothing beyond what a provider may use.
+
+use epp_e2e::{artifact, target_dir};
+use serde_json::Value;
+use std::process::Command;
+
+fn inspect() -> Value {
+    let host = artifact("EPP_HOST_BIN", target_dir().join("debug/epp-host"));
+    let wasm = artifact("EPP_GUEST_WASM", target_dir().join("epp/opensandbox.wasm"));
+    let key = artifact("EPP_TRUSTED_KEY", target_dir().join("epp/dev.pub"));
+    let out = Command::new(host)
+        .arg("inspect")
+        .arg(&wasm)
+        .arg("--trusted-key")
+        .arg(&key)
+        .arg("--json")
+        .output()
+        .expect("running epp-host inspect");
+    assert!(
+        out.status.success(),
+        "inspect failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("inspect --json prints JSON")
+}
+
+#[test]
+fn imports_only_http_io_clocks_random_cli_basics_and_epp() {
+    let report = inspect();
+    let imports: Vec<&str> = report["imports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(!imports.is_empty());
+    let allowed = [
+        "wasi:http/types@",
+        "wasi:http/outgoing-handler@",
+        "wasi:io/",
+        "wasi:clocks/monotonic-clock@",
+        "wasi:clocks/wall-clock@",
+        "wasi:random/",
+        "wasi:cli/environment@",
+        "wasi:cli/exit@",
+        "wasi:cli/stdin@",
+        "wasi:cli/stdout@",
+        "wasi:cli/stderr@",
+        "wasi:cli/terminal-",
+        "abx:epp/types@1.0.0",
+        "abx:epp/websocket@1.0.0",
+        "abx:epp/memo@1.0.0",
+    ];
+    for import in &imports {
+        assert!(
+            allowed.iter().any(|a| import.starts_with(a)),
+            "the component imports {import}, which a provider must not use"
+        );
+    }
+    for needed in [
+        "wasi:http/outgoing-handler@0.2.12",
+        "abx:epp/websocket@1.0.0",
+    ] {
+        assert!(
+            imports.contains(&needed),
+            "{needed} missing from {imports:?}"
+        );
+    }
+    assert!(
+        !imports
+            .iter()
+            .any(|i| i.contains("filesystem") || i.contains("sockets"))
+    );
+}
+
+#[test]
+fn exports_the_provider_world_and_is_signed() {
+    let report = inspect();
+    assert_eq!(report["world"], "abx:epp/provider@1.0.0");
+    assert_eq!(
+        report["exports"],
+        serde_json::json!(["abx:epp/infra@1.0.0"])
+    );
+    assert_eq!(
+        report["signature"]["trusted"], true,
+        "{}",
+        report["signature"]
+    );
+    assert_eq!(report["provider"]["id"], "opensandbox");
+    let caps = report["capabilities"].as_object().unwrap();
+    assert_eq!(caps.len(), 18);
+}
