@@ -24,12 +24,17 @@ test: build lint
 lint:
     cargo fmt --all --check
     cargo clippy -p opensandbox-settings -p epp-host -p execd-standin -p epp-e2e --all-targets -- -D warnings
-    cargo clippy -p opensandbox-provider --target wasm32-wasip2 -- -D warnings
+    cargo clippy -p opensandbox-provider -p epp-probe-provider --target wasm32-wasip2 -- -D warnings
 
 # The real opensandbox-server on 127.0.0.1:8080 (foreground; Ctrl-C stops everything).
-testbed *args: build
-    tests/testbed/testbed setup
+testbed *args:
+    cargo build -p execd-standin
     tests/testbed/testbed start {{args}}
+
+# Official Python + TypeScript SDKs against the testbed, direct and server-proxy modes.
+testbed-check *args:
+    cargo build -p execd-standin
+    tests/testbed/testbed check {{args}}
 
 # End-to-end tests only (pass a test name to filter).
 e2e *args: build

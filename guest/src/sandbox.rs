@@ -7,6 +7,7 @@ use crate::execd::Execd;
 use crate::lifecycle::Lifecycle;
 use crate::models::{CreateSandboxRequest, ImageAuth, ImageSpec, PlatformSpec, Sandbox};
 use crate::time::{monotonic_ms, now_unix, rfc3339, sleep_ms};
+use opensandbox_settings::Settings;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -49,8 +50,8 @@ fn server_state(state: &str) -> String {
     }
 }
 
-fn request(req: &CreateRequest) -> Result<(CreateSandboxRequest, String)> {
-    let settings = config::settings()?;
+/// The server's create body for an EPP request under `settings`; also returns the image.
+fn request(req: &CreateRequest, settings: &Settings) -> Result<(CreateSandboxRequest, String)> {
     let template = req.template.as_deref().unwrap_or("base");
     let Some(image) = settings.image_for(template) else {
         let names: Vec<&str> = std::iter::once("base")
@@ -186,7 +187,7 @@ fn ready_budget(ready_timeout: Option<u32>) -> Result<u64> {
 }
 
 pub fn create(req: CreateRequest) -> Result<SandboxInfo> {
-    let (body, image) = request(&req)?;
+    let (body, image) = request(&req, config::settings()?)?;
     let budget = ready_budget(req.ready_timeout)?;
     let lifecycle = Lifecycle::new()?;
     // The server pulls the image inside this call: give it the readiness budget
@@ -304,9 +305,109 @@ pub fn resume(id: &str) -> Result<SandboxInfo> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::bindings::exports::abx::epp::infra::Resources;
+
+    fn settings(pairs: &[(&str, &str)]) -> Settings {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Settings::from_env(&move |name: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        })
+        .unwrap()
+    }
+
+    fn create(template: Option<&str>, timeout: Option<u32>) -> CreateRequest {
+        CreateRequest {
+            template: template.map(str::to_string),
+            timeout,
+            env: vec![("A".into(), "1".into())],
+            metadata: vec![("team".into(), "ml".into())],
+            resources: Some(Resources {
+                cpu: Some("500m".into()),
+                memory: None,
+            }),
+            entrypoint: None,
+            ready_timeout: None,
+        }
+    }
+
+    fn body(req: &CreateRequest, s: &Settings) -> serde_json::Value {
+        serde_json::to_value(request(req, s).unwrap().0).unwrap()
+    }
+
+    #[test]
+    fn defaults_match_what_the_sdk_sends() {
+        let b = body(&create(None, None), &settings(&[]));
+        assert_eq!(b["image"], serde_json::json!({"uri": "python:3.12-slim"}));
+        assert_eq!(
+            b["entrypoint"],
+            serde_json::json!(["tail", "-f", "/dev/null"])
+        );
+        assert_eq!(b["timeout"], 300);
+        assert_eq!(
+            b["resourceLimits"],
+            serde_json::json!({"cpu": "500m", "memory": "2Gi"})
+        );
+        assert_eq!(b["env"]["A"], "1");
+        assert_eq!(b["metadata"]["team"], "ml");
+        for absent in ["platform", "networkPolicy", "secureAccess"] {
+            assert!(b.get(absent).is_none(), "{absent} should be left out: {b}");
+        }
+    }
+
+    #[test]
+    fn settings_reach_the_create_body() {
+        let s = settings(&[
+            ("ABX_OPENSANDBOX_REGISTRY_USERNAME", "bot"),
+            ("ABX_OPENSANDBOX_REGISTRY_PASSWORD", "pw-123"),
+            ("ABX_OPENSANDBOX_PLATFORM", "linux/arm64"),
+            (
+                "ABX_OPENSANDBOX_NETWORK_POLICY",
+                r#"{"defaultAction":"deny","egress":[{"action":"allow","target":"pypi.org"}]}"#,
+            ),
+            ("ABX_OPENSANDBOX_SECURE_ACCESS", "true"),
+            ("ABX_OPENSANDBOX_ENTRYPOINT", "sleep infinity"),
+            ("ABX_OPENSANDBOX_IMAGE_ALIASES", "node=node:20"),
+        ]);
+        let b = body(&create(Some("node"), Some(0)), &s);
+        assert_eq!(
+            b["image"],
+            serde_json::json!({"uri": "node:20", "auth": {"username": "bot", "password": "pw-123"}})
+        );
+        assert_eq!(
+            b["platform"],
+            serde_json::json!({"os": "linux", "arch": "arm64"})
+        );
+        assert_eq!(b["networkPolicy"]["defaultAction"], "deny");
+        assert_eq!(b["secureAccess"], true);
+        assert_eq!(b["entrypoint"], serde_json::json!(["sleep", "infinity"]));
+        assert!(b.get("timeout").is_none(), "timeout 0 means no expiry: {b}");
+    }
+
+    #[test]
+    fn code_interpreter_keeps_its_entrypoint_and_bad_input_is_refused() {
+        let s = settings(&[]);
+        let b = body(&create(Some("code"), None), &s);
+        assert_eq!(
+            b["entrypoint"],
+            serde_json::json!(["/opt/opensandbox/code-interpreter.sh"])
+        );
+        assert!(request(&create(Some("nope"), None), &s).is_err());
+        assert!(request(&create(None, Some(59)), &s).is_err());
+        let mut empty = create(None, None);
+        empty.entrypoint = Some(vec![]);
+        assert!(request(&empty, &s).is_err());
+    }
+
     #[test]
     fn states() {
-        assert_eq!(super::server_state("running"), "Running");
-        assert_eq!(super::server_state("PAUSED"), "Paused");
+        assert_eq!(server_state("running"), "Running");
+        assert_eq!(server_state("PAUSED"), "Paused");
     }
 }

@@ -38,15 +38,35 @@ pub enum Command {
         host: HostArgs,
     },
     /// Show a component's signature status, signer key id, WIT world, imports,
-    /// exports and declared capabilities.
+    /// exports, declared capabilities and settings (the manifest's view), and
+    /// whether a provider.json next to it (or --manifest) matches it. Exits 1
+    /// when the component cannot be loaded or the manifest does not match.
     Inspect {
         /// The provider component (.wasm).
         wasm: PathBuf,
         #[command(flatten)]
         trust: TrustArgs,
+        /// Manifest to check against the component (default: provider.json in
+        /// the component's folder, when there is one).
+        #[arg(long, value_name = "PATH")]
+        manifest: Option<PathBuf>,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+    },
+    /// Write the release manifest (provider.json) of a component: id, kind,
+    /// protocol, WIT world, size, sha256, signer key ids, capabilities and
+    /// settings, all derived from the component itself.
+    Manifest {
+        /// The signed provider component (.wasm).
+        wasm: PathBuf,
+        /// Public key whose signature the manifest names (repeatable, e.g. the
+        /// current and the next release key); each must verify the component.
+        #[arg(long = "public-key", short = 'K', value_name = "PATH")]
+        public_keys: Vec<PathBuf>,
+        /// Where to write the manifest (default: stdout).
+        #[arg(long, short = 'o', value_name = "PATH")]
+        output: Option<PathBuf>,
     },
     /// Create an Ed25519 key pair for signing components.
     Keygen {

@@ -1,20 +1,44 @@
 //! `epp-host inspect`: what a component is, before anyone runs it.
 
 use crate::cli::TrustArgs;
+use crate::manifest::Manifest;
 use crate::net::policy::NetPolicy;
 use crate::runtime::limits::Limits;
 use crate::runtime::{LoadOptions, Runtime};
 use crate::signing::{self, SignatureStatus, TrustedKeys};
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// The world a provider must implement.
 pub const WORLD: &str = "abx:epp/provider@1.0.0";
 const INFRA_EXPORT: &str = "abx:epp/infra@1.0.0";
+/// The manifest `inspect` looks for next to the component.
+pub const MANIFEST_FILE: &str = "provider.json";
 
-pub async fn run(path: PathBuf, trust: TrustArgs, as_json: bool) -> Result<ExitCode> {
+/// Loads a component to look at it (`describe()`, its types) without letting it
+/// reach anything: no cache, no environment, a policy that allows nothing.
+pub async fn load_offline(wasm: Vec<u8>) -> Result<Runtime> {
+    let origin =
+        opensandbox_settings::Origin::parse_url("inspect", "http://invalid.:1").expect("literal");
+    let options = LoadOptions {
+        wasm,
+        cache_dir: None,
+        limits: Limits::new(256, 10_000),
+        instances: 4,
+        policy: NetPolicy::new(&origin, &[], None).map_err(anyhow::Error::msg)?,
+        guest_env: Vec::new(),
+    };
+    Runtime::load(options).await
+}
+
+pub async fn run(
+    path: PathBuf,
+    trust: TrustArgs,
+    manifest: Option<PathBuf>,
+    as_json: bool,
+) -> Result<ExitCode> {
     let wasm = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
     let status = signing::verify(&wasm, &TrustedKeys::load(&trust)?);
     let signer = match &status {
@@ -23,18 +47,7 @@ pub async fn run(path: PathBuf, trust: TrustArgs, as_json: bool) -> Result<ExitC
         | SignatureStatus::Tampered(ids) => ids.clone(),
         _ => Vec::new(),
     };
-    // Inspection never reaches the network: the policy allows nothing.
-    let origin =
-        opensandbox_settings::Origin::parse_url("inspect", "http://invalid.:1").expect("literal");
-    let options = LoadOptions {
-        wasm: wasm.clone(),
-        cache_dir: None,
-        limits: Limits::new(256, 10_000),
-        instances: 4,
-        policy: NetPolicy::new(&origin, &[], None).map_err(anyhow::Error::msg)?,
-        guest_env: Vec::new(),
-    };
-    let loaded = Runtime::load(options).await;
+    let loaded = load_offline(wasm.clone()).await;
     let (imports, exports, capabilities, provider, load_error) = match &loaded {
         Ok(rt) => {
             let ty = rt.component().component_type();
@@ -69,6 +82,25 @@ pub async fn run(path: PathBuf, trust: TrustArgs, as_json: bool) -> Result<ExitC
         ),
     };
     let world = exports.iter().any(|e| e == INFRA_EXPORT).then_some(WORLD);
+    // The manifest view names only signers this host verified.
+    let trusted = match &status {
+        SignatureStatus::Trusted(ids) => ids.clone(),
+        _ => Vec::new(),
+    };
+    let derived = loaded.as_ref().ok().map(|rt| {
+        let file = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        Manifest::derive(&file.unwrap_or_default(), &wasm, &rt.info, trusted)
+    });
+    let manifest_path = manifest.or_else(|| {
+        let beside = path.parent()?.join(MANIFEST_FILE);
+        beside.is_file().then_some(beside)
+    });
+    let manifest_file = manifest_path
+        .as_deref()
+        .map(|p| check_manifest_file(p, &wasm, derived.as_ref()));
+    let manifest_ok = manifest_file
+        .as_ref()
+        .is_none_or(|c| c["matches"] == json!(true));
     let report = json!({
         "file": path.display().to_string(),
         "size": wasm.len(),
@@ -80,16 +112,41 @@ pub async fn run(path: PathBuf, trust: TrustArgs, as_json: bool) -> Result<ExitC
         "exports": exports,
         "capabilities": capabilities,
         "error": load_error,
+        "manifest": derived,
+        "manifest_file": manifest_file,
     });
     if as_json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_text(&report);
     }
-    Ok(if loaded.is_ok() {
+    Ok(if loaded.is_ok() && manifest_ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    })
+}
+
+/// Compares a manifest file with the component: always its sha256, and every
+/// other field when the component could be loaded (`derived`).
+fn check_manifest_file(path: &Path, wasm: &[u8], derived: Option<&Manifest>) -> Value {
+    let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(wasm));
+    let (sha256_matches, problems) = match Manifest::read(path) {
+        Err(e) => (Value::Null, vec![format!("{e:#}")]),
+        Ok(file) => {
+            let problems = match derived {
+                Some(actual) => file.differences(actual),
+                None if file.sha256 == sha256 => Vec::new(),
+                None => vec!["sha256 differs from the component's".to_string()],
+            };
+            (json!(file.sha256 == sha256), problems)
+        }
+    };
+    json!({
+        "path": path.display().to_string(),
+        "sha256_matches": sha256_matches,
+        "matches": problems.is_empty(),
+        "problems": problems,
     })
 }
 
@@ -127,7 +184,60 @@ fn print_text(r: &Value) {
             );
         }
     }
+    print_manifest(r);
     if let Some(e) = r["error"].as_str() {
         println!("error:      {e}");
+    }
+}
+
+/// The manifest view: kind, settings, and whether a provider.json matches.
+fn print_manifest(r: &Value) {
+    let m = &r["manifest"];
+    if m.is_object() {
+        println!(
+            "kind:       {}, protocol {}",
+            m["kind"].as_str().unwrap_or("-"),
+            m["protocol"].as_str().unwrap_or("-")
+        );
+        println!("settings:");
+        for s in m["settings"].as_array().into_iter().flatten() {
+            let name = s["name"].as_str().unwrap_or("-");
+            let secret = if s["secret"] == json!(true) {
+                " (secret)"
+            } else {
+                ""
+            };
+            let env: Vec<&str> = s["env"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let default = s["default"].as_str().map(|d| format!("; default {d}"));
+            println!(
+                "  {:<27} {}{}",
+                format!("{name}{secret}"),
+                env.join(", "),
+                default.unwrap_or_default()
+            );
+        }
+    }
+    let f = &r["manifest_file"];
+    if f.is_object() {
+        let path = f["path"].as_str().unwrap_or("-");
+        let verdict = if f["matches"] == json!(true) {
+            "matches this component (sha256, capabilities, settings)".to_string()
+        } else {
+            let problems: Vec<&str> = f["problems"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            format!("DOES NOT MATCH: {}", problems.join("; "))
+        };
+        println!("manifest:   {path}: {verdict}");
+    } else {
+        println!("manifest:   no {MANIFEST_FILE} next to the component (--manifest PATH)");
     }
 }

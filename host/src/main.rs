@@ -3,6 +3,7 @@
 mod cli;
 mod config;
 mod inspect;
+mod manifest;
 mod net;
 mod rpc;
 mod runtime;
@@ -48,7 +49,17 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }),
         Command::Verify { wasm, trust } => verify(&wasm, &trust),
-        Command::Inspect { wasm, trust, json } => async_main(inspect::run(wasm, trust, json)),
+        Command::Inspect {
+            wasm,
+            trust,
+            manifest,
+            json,
+        } => async_main(inspect::run(wasm, trust, manifest, json)),
+        Command::Manifest {
+            wasm,
+            public_keys,
+            output,
+        } => async_main(manifest::run(wasm, public_keys, output)),
         Command::Run { wasm, host } => async_main(run(wasm, host)),
         Command::Call {
             wasm,

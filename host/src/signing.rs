@@ -36,15 +36,21 @@ impl TrustedKeys {
                 }
             }
         }
+        Self::from_files(&paths)
+    }
+
+    /// Exactly these public key files, without the default trust file (for
+    /// checks that must not depend on the operator's configuration).
+    pub fn from_files(paths: &[PathBuf]) -> Result<TrustedKeys> {
         let mut set = PublicKeySet::empty();
-        for path in &paths {
+        for path in paths {
             let key = read_public_key(path)?;
             set.insert(key)
                 .with_context(|| format!("adding trusted key {}", path.display()))?;
         }
         Ok(TrustedKeys {
             set,
-            sources: paths,
+            sources: paths.to_vec(),
         })
     }
 

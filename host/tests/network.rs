@@ -1,0 +1,305 @@
+//! The network gate and the API key: the provider reaches only what the policy
+//! allows, every denial happens before a connection is attempted, and the key is
+//! added by the host to requests for the origin only, never visible to the guest.
+
+mod common;
+
+use common::*;
+
+/// Lines the host logs when its policy refuses a request before connecting
+/// (`send_request`), as opposed to after a DNS lookup ("denied outbound request to").
+const PRE_CONNECT_DENIAL: &str = "epp-host: denied outbound request: ";
+
+fn denial_count(log: &str) -> usize {
+    log.lines()
+        .filter(|l| l.starts_with(PRE_CONNECT_DENIAL))
+        .count()
+}
+
+fn assert_no_secret(host: &Host) {
+    assert!(
+        !host.transcript().contains(SECRET_KEY),
+        "the API key appeared on epp-host's stdout"
+    );
+    assert!(
+        !host.log().contains(SECRET_KEY),
+        "the API key appeared on epp-host's stderr"
+    );
+}
+
+#[test]
+fn guest_environment_holds_only_provider_settings() {
+    let origin = Echo::start("origin", "127.0.0.1");
+    let mut host = HostBuilder::new()
+        .origin(&origin)
+        .env("OPEN_SANDBOX_API_KEY", "sk-second-spelling-of-the-key")
+        .env("OPENSANDBOX_API_KEY", "sk-third-spelling-of-the-key")
+        .env("ABX_SANDBOX_API_KEY", "sk-the-frameworks-own-key")
+        .env("UNRELATED_TOKEN", "tok-not-a-provider-setting")
+        .env("ABX_OPENSANDBOX_DEFAULT_IMAGE", "visible/image:1")
+        .env("HANDED_OVER", "yes-by-pass-env")
+        .args(["--pass-env", "HANDED_OVER"])
+        .spawn();
+
+    let (_, epp, dump) = error(&host.probe("env"));
+    assert_eq!(
+        epp, "E5001",
+        "the probe reports its environment as an error"
+    );
+    let vars: Vec<&str> = dump.lines().collect();
+    let base_url = format!("ABX_OPENSANDBOX_BASE_URL={}", origin.url(""));
+    assert!(vars.contains(&base_url.as_str()), "{dump}");
+    assert!(
+        vars.contains(&"ABX_OPENSANDBOX_DEFAULT_IMAGE=visible/image:1"),
+        "{dump}"
+    );
+    assert!(vars.contains(&"HANDED_OVER=yes-by-pass-env"), "{dump}");
+    for hidden in [
+        SECRET_KEY,
+        "sk-second-spelling-of-the-key",
+        "sk-third-spelling-of-the-key",
+        "sk-the-frameworks-own-key",
+        "tok-not-a-provider-setting",
+        "API_KEY",
+        "UNRELATED_TOKEN",
+        "PATH=",
+    ] {
+        assert!(
+            !dump.contains(hidden),
+            "guest environment shows {hidden:?}:\n{dump}"
+        );
+    }
+    assert_eq!(
+        vars.len(),
+        3,
+        "exactly the three expected variables: {dump}"
+    );
+    assert_no_secret(&host);
+}
+
+#[test]
+fn pass_env_refuses_the_secrets() {
+    for name in [
+        "ABX_OPENSANDBOX_API_KEY",
+        "OPEN_SANDBOX_API_KEY",
+        "ABX_SANDBOX_API_KEY",
+    ] {
+        let out = run_host_once(
+            &[
+                "run",
+                probe_wasm().to_str().expect("utf-8 path"),
+                "--allow-unsigned",
+                "--no-cache",
+                "--trust-file",
+                "/dev/null",
+                "--pass-env",
+                name,
+            ],
+            &[(name, SECRET_KEY)],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        assert!(
+            stderr.contains("is a secret the host keeps"),
+            "{name}: {stderr}"
+        );
+        assert!(!stderr.contains(SECRET_KEY), "{stderr}");
+        assert!(out.stdout.is_empty());
+    }
+}
+
+#[test]
+fn api_key_goes_to_the_origin_only_and_the_guest_cannot_forge_it() {
+    let origin = Echo::start("origin", "127.0.0.1");
+    let same_host = Echo::start("same-host", "127.0.0.1");
+    let listed = Echo::start("listed", "127.0.0.3");
+    let mut host = HostBuilder::new()
+        .origin(&origin)
+        .args(["--allow-host", "127.0.0.3"])
+        .spawn();
+
+    let body = |resp: &serde_json::Value| -> serde_json::Value {
+        serde_json::from_str(meta(resp, "body").expect("body")).expect("JSON body")
+    };
+
+    // Origin: the host adds its key; the guest only learns that it was there.
+    let resp = host.probe(&format!("fetch {}", origin.url("/v1/plain")));
+    assert_eq!(meta(&resp, "status"), Some("200"), "{resp}");
+    assert_eq!(body(&resp)["api_key"], "host-key");
+
+    // The guest tries to set the key header itself: refused, and the origin
+    // still gets the host's key, not the forged one.
+    let resp = host.probe(&format!("fetch-with-key {}", origin.url("/v1/forged")));
+    assert_eq!(meta(&resp, "set-header"), Some("forbidden"), "{resp}");
+    assert_eq!(meta(&resp, "from-list"), Some("forbidden"), "{resp}");
+    assert_eq!(meta(&resp, "status"), Some("200"), "{resp}");
+    assert_eq!(body(&resp)["api_key"], "host-key");
+
+    // Another port on the origin's host and an allow-listed host: allowed, no key.
+    for (server, path) in [(&same_host, "/same-host"), (&listed, "/listed")] {
+        for verb in ["fetch", "fetch-with-key"] {
+            let resp = host.probe(&format!("{verb} {}", server.url(path)));
+            assert_eq!(meta(&resp, "status"), Some("200"), "{verb} {path}: {resp}");
+            assert_eq!(body(&resp)["api_key"], "absent", "{verb} {path}");
+        }
+    }
+
+    let origin_hits = origin.hits();
+    assert_eq!(origin_hits.len(), 2, "{origin_hits:?}");
+    for hit in &origin_hits {
+        assert_eq!(hit.api_key.as_deref(), Some(SECRET_KEY), "{hit:?}");
+    }
+    for server in [&same_host, &listed] {
+        let hits = server.hits();
+        assert_eq!(hits.len(), 2, "{}: {hits:?}", server.name);
+        assert!(
+            hits.iter().all(|h| h.api_key.is_none()),
+            "{}: {hits:?}",
+            server.name
+        );
+    }
+    assert_no_secret(&host);
+}
+
+#[test]
+fn denied_destinations_are_refused_before_any_connection() {
+    let origin = Echo::start("origin", "127.0.0.1");
+    let other = Echo::start("other-host", "127.0.0.2");
+    let mut host = HostBuilder::new().origin(&origin).spawn();
+    let o = origin.port();
+    let p = other.port();
+
+    let cases = [
+        // Another host, even on loopback, by address or by name.
+        format!("http://127.0.0.2:{p}/other-host"),
+        format!("https://127.0.0.2:{p}/other-host-tls"),
+        format!("http://localhost:{o}/by-name"),
+        format!("http://[::ffff:127.0.0.2]:{p}/mapped"),
+        // Cloud metadata, by address (plain, IPv4-mapped, IPv6 link-local) and by name.
+        "http://169.254.169.254/latest/meta-data/".to_string(),
+        "http://[::ffff:169.254.169.254]/latest/meta-data/".to_string(),
+        "http://[fe80::1]/".to_string(),
+        "http://metadata.google.internal/computeMetadata/v1/".to_string(),
+        // The userinfo trick: looks like the origin, goes to another host ...
+        format!("http://127.0.0.1:{o}@127.0.0.2:{p}/userinfo"),
+        // ... and credentials in front of the origin itself.
+        format!("http://user:password@127.0.0.1:{o}/userinfo-origin"),
+    ];
+    for url in &cases {
+        let resp = host.probe(&format!("fetch {url}"));
+        assert_eq!(
+            meta(&resp, "error"),
+            Some("HTTP-request-denied"),
+            "{url}: {resp}\nstderr:\n{}",
+            host.log()
+        );
+    }
+    // Each refusal was the policy's, before connecting (not a failed connection,
+    // not a DNS answer that was checked afterwards).
+    // (stderr is read by another thread: wait until it has caught up.)
+    let log = host.wait_log_until(|log| denial_count(log) >= cases.len());
+    assert_eq!(denial_count(&log), cases.len(), "stderr:\n{log}");
+    assert!(
+        !log.contains("denied outbound request to"),
+        "a denial happened after name resolution:\n{log}"
+    );
+    assert!(log.contains("link-local or cloud-metadata"), "{log}");
+    assert!(log.contains("user name or password"), "{log}");
+    assert!(other.hits().is_empty(), "{:?}", other.hits());
+    assert!(origin.hits().is_empty(), "{:?}", origin.hits());
+
+    // The host keeps serving, and the origin is still reachable.
+    let resp = host.probe(&format!("fetch {}", origin.url("/after")));
+    assert_eq!(meta(&resp, "status"), Some("200"), "{resp}");
+    assert_no_secret(&host);
+}
+
+#[test]
+fn redirects_to_another_host_are_not_followed() {
+    let origin = Echo::start("origin", "127.0.0.1");
+    let elsewhere = Echo::start("elsewhere", "127.0.0.2");
+    let mut host = HostBuilder::new().origin(&origin).spawn();
+
+    let target = elsewhere.url("/landing");
+    let resp = host.probe(&format!(
+        "fetch {}",
+        origin.url(&format!("/redirect?to={target}"))
+    ));
+    // The guest sees the 3xx itself; the host did not follow it.
+    assert_eq!(meta(&resp, "status"), Some("302"), "{resp}");
+    assert_eq!(meta(&resp, "location"), Some(target.as_str()), "{resp}");
+    assert!(elsewhere.hits().is_empty());
+
+    // Following it is a new request, checked like any other.
+    let resp = host.probe(&format!("fetch {target}"));
+    assert_eq!(meta(&resp, "error"), Some("HTTP-request-denied"), "{resp}");
+    assert!(elsewhere.hits().is_empty(), "{:?}", elsewhere.hits());
+    assert_eq!(origin.hits().len(), 1);
+    assert_no_secret(&host);
+}
+
+#[test]
+fn websocket_follows_the_same_policy_and_key_rules() {
+    let origin = Echo::start("origin", "127.0.0.1");
+    let same_host = Echo::start("same-host", "127.0.0.1");
+    let other = Echo::start("other-host", "127.0.0.2");
+    let mut host = HostBuilder::new().origin(&origin).spawn();
+
+    // To the origin: the host's key, not the guest's forged header.
+    let resp = host.probe(&format!("ws {}", origin.ws_url("/ws")));
+    assert_eq!(meta(&resp, "connect"), Some("ok"), "{resp}");
+    assert_eq!(
+        meta(&resp, "reply"),
+        Some("echo hello api-key=host-key"),
+        "{resp}"
+    );
+    // Another port on the origin's host: allowed, neither key.
+    let resp = host.probe(&format!("ws {}", same_host.ws_url("/ws")));
+    assert_eq!(
+        meta(&resp, "reply"),
+        Some("echo hello api-key=absent"),
+        "{resp}"
+    );
+
+    let o = origin.port();
+    let p = other.port();
+    for url in [
+        format!("ws://127.0.0.2:{p}/ws"),
+        "ws://169.254.169.254/ws".to_string(),
+        format!("ws://127.0.0.1:{o}@127.0.0.2:{p}/ws"),
+        format!("wss://user@127.0.0.1:{o}/ws"),
+    ] {
+        let resp = host.probe(&format!("ws {url}"));
+        assert_eq!(
+            meta(&resp, "error"),
+            Some("ErrorCode::DeniedByPolicy"),
+            "{url}: {resp}"
+        );
+    }
+    assert!(other.hits().is_empty(), "{:?}", other.hits());
+
+    let origin_hits = origin.hits();
+    assert_eq!(origin_hits.len(), 1, "{origin_hits:?}");
+    assert!(origin_hits[0].websocket);
+    assert_eq!(origin_hits[0].api_key.as_deref(), Some(SECRET_KEY));
+    let same_hits = same_host.hits();
+    assert_eq!(same_hits.len(), 1);
+    assert_eq!(same_hits[0].api_key, None);
+    assert_no_secret(&host);
+}
+
+#[test]
+fn the_lab_has_loopback_only() {
+    // Documents the safety net: when the tests run in their own namespace, its
+    // only interface is loopback, so a broken policy could not send traffic out.
+    if !isolated() {
+        eprintln!("not isolated; skipping the namespace check");
+        return;
+    }
+    let dev = in_lab(|| std::fs::read_to_string("/proc/thread-self/net/dev")).expect("net/dev");
+    let interfaces: Vec<&str> = dev
+        .lines()
+        .filter_map(|l| l.split_once(':').map(|(name, _)| name.trim()))
+        .collect();
+    assert_eq!(interfaces, ["lo"], "{dev}");
+}
