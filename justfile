@@ -14,11 +14,12 @@ build:
     cargo build -p epp-host -p execd-standin
     scripts/sign-dev
 
-# Everything CI checks: format, lints, unit tests, end-to-end tests, SDK conformance.
-test: build lint
+# Everything CI checks: format, lints, unit tests, end-to-end tests, SDK conformance, the release in jco.
+test: build lint release
     cargo test -p opensandbox-settings -p opensandbox-provider -p epp-host -p execd-standin
     scripts/e2e
     tests/testbed/testbed check
+    tests/jco/run
 
 # Formatting and clippy, warnings are errors.
 lint:
@@ -44,3 +45,11 @@ e2e *args: build
 demo: build
     tests/testbed/testbed setup --server-only
     scripts/demo
+
+# Signed release artifacts in dist/: opensandbox.wasm, opensandbox.pub, provider.json (EPP_RELEASE_KEY/EPP_RELEASE_PUB; else a throwaway key).
+release:
+    scripts/release
+
+# The released component in a second Wasm host (jco on Node.js) against the testbed.
+jco: release
+    tests/jco/run
