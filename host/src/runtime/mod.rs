@@ -56,7 +56,10 @@ pub struct Instance {
 
 /// Links exactly what a provider may import: wasi:io, clocks, random (incl. insecure seeds), basic
 /// wasi:cli (environment, exit, stdio, terminal queries), wasi:http's outgoing
-/// handler, and this world's websocket and memo. No filesystem, no sockets.
+/// handler, and this world's websocket and memo. No sockets. wasi:filesystem is
+/// linked only so that components whose libc imports it at start-up (older
+/// wasi-libc, as Debian's fallback toolchain has) still load: the store has no
+/// preopened directory, so there is no descriptor to open anything with.
 pub fn linker(engine: &Engine) -> Result<Linker<StoreState>> {
     use wasmtime_wasi::cli::{WasiCli, WasiCliView};
     use wasmtime_wasi::p2::bindings::cli;
@@ -70,6 +73,10 @@ pub fn linker(engine: &Engine) -> Result<Linker<StoreState>> {
     random::insecure_seed::add_to_linker::<StoreState, WasiRandom>(&mut l, |t| {
         t.ctx().ctx.random()
     })?;
+    use wasmtime_wasi::filesystem::{WasiFilesystem, WasiFilesystemView};
+    use wasmtime_wasi::p2::bindings::filesystem;
+    filesystem::types::add_to_linker::<StoreState, WasiFilesystem>(&mut l, StoreState::filesystem)?;
+    filesystem::preopens::add_to_linker::<StoreState, WasiFilesystem>(&mut l, StoreState::filesystem)?;
     cli::environment::add_to_linker::<StoreState, WasiCli>(&mut l, StoreState::cli)?;
     cli::exit::add_to_linker::<StoreState, WasiCli>(&mut l, StoreState::cli)?;
     cli::terminal_input::add_to_linker::<StoreState, WasiCli>(&mut l, StoreState::cli)?;
