@@ -1,16 +1,17 @@
 //! exec.run and exec.stream over execd's `POST /command`, plus background
 //! commands, status, logs and interrupt.
 
+use crate::bindings::abx::epp::types::{EppError, ErrorCode};
 use crate::bindings::exports::abx::epp::infra::{
     CommandEvent, CommandExit, CommandLogs, CommandRequest, CommandStatus, GuestCommandStream,
 };
 use crate::error::{self, Result, invalid, not_found};
 use crate::execd::Execd;
 use crate::http::{Timeouts, encode};
-use crate::lifecycle::check_id;
+use crate::lifecycle::{Lifecycle, check_id};
 use crate::models::{self, ExecEvent, RunCommand};
 use crate::sse::{Frame, FrameReader};
-use crate::time::monotonic_ms;
+use crate::time::{monotonic_ms, sleep_ms};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -119,6 +120,7 @@ pub struct CommandStream {
 
 struct StreamState {
     reader: FrameReader,
+    sandbox_id: String,
     target: String,
     lines: Lines,
     finished: bool,
@@ -183,6 +185,52 @@ impl StreamState {
         Ok(())
     }
 
+    /// The stream broke off with `e`: says so more precisely when the sandbox
+    /// itself was deleted or stopped. While the server still shows it running
+    /// but its execd does not answer, it may be going away: asked again, for
+    /// about a second. A lost connection to a live sandbox stays `e`.
+    fn lost(&self, e: EppError) -> EppError {
+        if e.code == ErrorCode::TimedOut {
+            return e;
+        }
+        let Ok(lifecycle) = Lifecycle::new() else {
+            return e;
+        };
+        for attempt in 0..4 {
+            match lifecycle.get(&self.sandbox_id) {
+                Err(gone) if gone.code == ErrorCode::NotFound => {
+                    Execd::forget(&self.sandbox_id);
+                    return not_found(format!(
+                        "sandbox {} was deleted (or expired) while the command ran; its output ends here",
+                        self.sandbox_id
+                    ));
+                }
+                Ok(sandbox) if sandbox.status.state != "Running" => {
+                    Execd::forget(&self.sandbox_id);
+                    let why = sandbox
+                        .status
+                        .message
+                        .or(sandbox.status.reason)
+                        .unwrap_or_default();
+                    return error::upstream(format!(
+                        "sandbox {} stopped while the command ran (state {}: {why}); the \
+                         command's outcome is unknown",
+                        self.sandbox_id, sandbox.status.state
+                    ));
+                }
+                Ok(_) if attempt < 3 && !self.execd_answers() => sleep_ms(400),
+                _ => return e,
+            }
+        }
+        e
+    }
+
+    fn execd_answers(&self) -> bool {
+        Execd::connect(&self.sandbox_id)
+            .and_then(|execd| execd.ping())
+            .unwrap_or(false)
+    }
+
     fn timed_out(&self) -> bool {
         self.timeout_ms
             .is_some_and(|t| monotonic_ms().saturating_sub(self.started_ms) + 50 >= t)
@@ -195,10 +243,13 @@ impl StreamState {
         let mut out = Vec::new();
         // Block for the first event, then take what is already buffered.
         while out.is_empty() || (!self.finished && self.reader.has_buffered()) {
-            let frame = self
-                .reader
-                .next()
-                .map_err(|t| error::broken_body(t, &self.target))?;
+            let frame = match self.reader.next() {
+                Ok(frame) => frame,
+                Err(t) => {
+                    self.finished = true;
+                    return Err(self.lost(error::broken_body(t, &self.target)));
+                }
+            };
             match frame {
                 Some(Ok(Frame::Event(event))) => self.convert(event, &mut out)?,
                 Some(Ok(Frame::Error { code, message })) => {
@@ -215,11 +266,11 @@ impl StreamState {
                 None => {
                     self.finished = true;
                     if out.is_empty() {
-                        return Err(error::upstream(format!(
+                        return Err(self.lost(error::upstream(format!(
                             "the command stream from {} ended before the command finished (connection lost); \
                              the command may still be running: check commands.status",
                             self.target
-                        )));
+                        ))));
                     }
                     break;
                 }
@@ -244,15 +295,19 @@ impl GuestCommandStream for CommandStream {
 
 pub fn run(req: CommandRequest) -> Result<CommandStream> {
     let mut execd = Execd::connect(&req.sandbox_id)?;
+    // execd's timeout clock starts when it gets the request, before its answer
+    // arrives: count from here, or a slow answer makes a timeout look like a kill.
+    let started_ms = monotonic_ms();
     let reader = start(&mut execd, &req, false)?;
     Ok(CommandStream {
         inner: RefCell::new(StreamState {
             reader,
+            sandbox_id: req.sandbox_id.clone(),
             target: execd.target().to_string(),
             lines: Lines::Unknown,
             finished: false,
             timeout_ms: req.timeout_ms,
-            started_ms: monotonic_ms(),
+            started_ms,
         }),
     })
 }

@@ -8,6 +8,7 @@ use crate::error::{self, Result};
 use crate::http::{Request, Response, Transport, Url};
 use crate::lifecycle::{Lifecycle, check_id};
 use crate::models::Endpoint;
+use crate::retry::Retry;
 use opensandbox_settings::API_KEY_HEADER;
 
 /// execd's port inside every sandbox.
@@ -123,22 +124,30 @@ impl Execd {
         Ok(Request::new(method, url).headers(&self.headers))
     }
 
-    /// Sends a request with a small body; a refused connection means the memoised
-    /// endpoint may be stale, so it is resolved again and the request retried once
-    /// (a refused connection never reached execd, so this is safe for any method).
+    /// Sends a request with a small body. A refused or broken connection may
+    /// mean the memoised endpoint is stale, so the first one re-resolves it and,
+    /// when it changed, sends again at once (the old address was another server).
+    /// Otherwise transient failures are retried as `crate::retry` allows.
     pub fn send(
         &mut self,
         build: impl Fn(&Execd) -> Result<Request>,
         body: &[u8],
     ) -> Result<Response> {
-        match build(self)?.send(body) {
-            Ok(resp) => Ok(resp),
-            Err(Transport::Refused(_)) | Err(Transport::Broken(_)) if self.refresh()? => {
-                build(self)?
-                    .send(body)
-                    .map_err(|t| error::transport(t, &self.target))
+        let mut retry: Option<Retry> = None;
+        let mut refreshed = false;
+        loop {
+            let req = build(self)?;
+            let retry = retry.get_or_insert_with(|| Retry::new(req.method));
+            let outcome = req.send(body);
+            if matches!(outcome, Err(Transport::Refused(_) | Transport::Broken(_))) && !refreshed {
+                refreshed = true;
+                if self.refresh()? {
+                    continue;
+                }
             }
-            Err(t) => Err(error::transport(t, &self.target)),
+            if !retry.again(&outcome) {
+                return outcome.map_err(|t| error::transport(t, &self.target));
+            }
         }
     }
 

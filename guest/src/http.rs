@@ -98,11 +98,21 @@ pub struct Timeouts {
 }
 
 impl Timeouts {
-    /// Ordinary API calls.
+    /// Ordinary API calls that change something.
     pub const API: Timeouts = Timeouts {
         connect: Duration::from_secs(10),
         first_byte: Duration::from_secs(60),
         between_bytes: Duration::from_secs(60),
+    };
+
+    /// Small reads (`GET` of a sandbox, a list, an endpoint, a file's info, a
+    /// command's status or logs): 30 s, like the official SDKs' request timeout,
+    /// so a stalled server ends the request with E5004 after 30 s (reads that
+    /// time out are not retried; docs/reliability.md).
+    pub const READ: Timeouts = Timeouts {
+        connect: Duration::from_secs(10),
+        first_byte: Duration::from_secs(30),
+        between_bytes: Duration::from_secs(30),
     };
 
     pub fn first_byte(mut self, d: Duration) -> Timeouts {
@@ -125,12 +135,18 @@ pub struct Request {
 }
 
 impl Request {
+    /// A request with the default timeouts of its kind: [`Timeouts::READ`] for
+    /// `GET`, [`Timeouts::API`] otherwise.
     pub fn new(method: &'static str, url: Url) -> Request {
         Request {
             method,
             url,
             headers: Vec::new(),
-            timeouts: Timeouts::API,
+            timeouts: if method == "GET" {
+                Timeouts::READ
+            } else {
+                Timeouts::API
+            },
         }
     }
 

@@ -16,6 +16,7 @@ mod models;
 mod ports;
 mod process;
 mod pty;
+mod retry;
 mod sandbox;
 mod sse;
 mod time;

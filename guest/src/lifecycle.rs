@@ -2,10 +2,11 @@
 
 use crate::config;
 use crate::error::{self, Result, invalid};
-use crate::http::{Request, Response, Timeouts, Url, encode};
+use crate::http::{Request, Response, Timeouts, Transport, Url, encode};
 use crate::models::{
     CreateSandboxRequest, Endpoint, RenewRequest, RenewResponse, Sandbox, SandboxList,
 };
+use crate::retry::Retry;
 use opensandbox_settings::API_KEY_HEADER;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -63,21 +64,52 @@ impl Lifecycle {
         Ok(Request::new(method, url).headers(&self.headers))
     }
 
-    fn send(&self, req: Request, body: Option<Vec<u8>>, subject: &str) -> Result<Response> {
-        let req = if body.is_some() {
-            req.header("content-type", "application/json")
-        } else {
-            req
-        };
-        let resp = req
-            .send(body.as_deref().unwrap_or_default())
-            .map_err(|t| error::transport(t, &self.target))?;
+    /// Sends `method path` (with a JSON body when given) until an answer arrives
+    /// or the retry rule (`crate::retry`) says stop; returns the last outcome.
+    fn exchange(
+        &self,
+        method: &'static str,
+        path: &str,
+        body: Option<&[u8]>,
+        timeouts: Option<Timeouts>,
+    ) -> Result<std::result::Result<Response, Transport>> {
+        let mut retry = Retry::new(method);
+        loop {
+            let mut req = self.request(method, path)?;
+            if let Some(t) = timeouts {
+                req = req.timeouts(t);
+            }
+            if body.is_some() {
+                req = req.header("content-type", "application/json");
+            }
+            let outcome = req.send(body.unwrap_or_default());
+            if !retry.again(&outcome) {
+                return Ok(outcome);
+            }
+        }
+    }
+
+    /// A 2xx answer, or the EPP error for what the server said about `subject`.
+    fn answer(&self, resp: Response, subject: &str) -> Result<Response> {
         if (200..300).contains(&resp.status) {
             return Ok(resp);
         }
         let status = resp.status;
         let body = resp.read_all(64 * 1024).unwrap_or_default();
         Err(error::status(status, &body, &self.target, subject))
+    }
+
+    fn send(
+        &self,
+        method: &'static str,
+        path: &str,
+        body: Option<Vec<u8>>,
+        subject: &str,
+    ) -> Result<Response> {
+        let resp = self
+            .exchange(method, path, body.as_deref(), None)?
+            .map_err(|t| error::transport(t, &self.target))?;
+        self.answer(resp, subject)
     }
 
     fn json<T: DeserializeOwned>(&self, resp: Response, subject: &str) -> Result<T> {
@@ -97,23 +129,47 @@ impl Lifecycle {
     }
 
     /// `POST /sandboxes`. Creation is synchronous on the server (it pulls the
-    /// image first), so the answer may take minutes.
+    /// image first), so the answer may take minutes. Never retried: when the
+    /// answer is lost after the request went out, the sandbox may exist, and the
+    /// error says how to find it.
     pub fn create(&self, req: &CreateSandboxRequest, wait: Duration) -> Result<Sandbox> {
-        let r = self
-            .request("POST", "/sandboxes")?
-            .timeouts(Timeouts::API.first_byte(wait));
-        let resp = self.send(r, Self::body(req), "the new sandbox")?;
-        self.json(resp, "the new sandbox")
+        let subject = "the new sandbox";
+        let body = Self::body(req);
+        let outcome = self.exchange(
+            "POST",
+            "/sandboxes",
+            body.as_deref(),
+            Some(Timeouts::API.first_byte(wait)),
+        )?;
+        let ambiguous = match &outcome {
+            Err(Transport::Broken(_) | Transport::Timeout(_)) => true,
+            Ok(resp) => matches!(resp.status, 200..=299 | 502 | 504),
+            Err(_) => false,
+        };
+        outcome
+            .map_err(|t| error::transport(t, &self.target))
+            .and_then(|resp| self.answer(resp, subject))
+            .and_then(|resp| self.json(resp, subject))
+            .map_err(|mut e| {
+                if ambiguous {
+                    if let Some(cut) = e.message.strip_suffix("; retry").map(str::len) {
+                        e.message.truncate(cut);
+                    }
+                    e.message.push_str(
+                        ". Before retrying: the request may have reached the server, so the \
+                         sandbox may exist; find it with sandbox.list (filter by the metadata you \
+                         gave it) and kill it, or it expires after its timeout (sandbox.create is \
+                         never retried automatically)",
+                    );
+                }
+                e
+            })
     }
 
     pub fn get(&self, id: &str) -> Result<Sandbox> {
         check_id("sandbox", id)?;
         let subject = format!("sandbox {id}");
-        let resp = self.send(
-            self.request("GET", &format!("/sandboxes/{id}"))?,
-            None,
-            &subject,
-        )?;
+        let resp = self.send("GET", &format!("/sandboxes/{id}"), None, &subject)?;
         self.json(resp, &subject)
     }
 
@@ -136,7 +192,8 @@ impl Lifecycle {
             query.push_str(&format!("&metadata={}", encode(&pairs.join("&"))));
         }
         let resp = self.send(
-            self.request("GET", &format!("/sandboxes?{query}"))?,
+            "GET",
+            &format!("/sandboxes?{query}"),
             None,
             "the sandbox list",
         )?;
@@ -146,7 +203,8 @@ impl Lifecycle {
     pub fn delete(&self, id: &str) -> Result<()> {
         check_id("sandbox", id)?;
         self.send(
-            self.request("DELETE", &format!("/sandboxes/{id}"))?,
+            "DELETE",
+            &format!("/sandboxes/{id}"),
             None,
             &format!("sandbox {id}"),
         )
@@ -156,7 +214,8 @@ impl Lifecycle {
     pub fn pause(&self, id: &str) -> Result<()> {
         check_id("sandbox", id)?;
         self.send(
-            self.request("POST", &format!("/sandboxes/{id}/pause"))?,
+            "POST",
+            &format!("/sandboxes/{id}/pause"),
             None,
             &format!("sandbox {id}"),
         )
@@ -166,7 +225,8 @@ impl Lifecycle {
     pub fn resume(&self, id: &str) -> Result<()> {
         check_id("sandbox", id)?;
         self.send(
-            self.request("POST", &format!("/sandboxes/{id}/resume"))?,
+            "POST",
+            &format!("/sandboxes/{id}/resume"),
             None,
             &format!("sandbox {id}"),
         )
@@ -176,8 +236,12 @@ impl Lifecycle {
     pub fn renew(&self, id: &str, expires_at: String) -> Result<String> {
         check_id("sandbox", id)?;
         let subject = format!("sandbox {id}");
-        let r = self.request("POST", &format!("/sandboxes/{id}/renew-expiration"))?;
-        let resp = self.send(r, Self::body(&RenewRequest { expires_at }), &subject)?;
+        let resp = self.send(
+            "POST",
+            &format!("/sandboxes/{id}/renew-expiration"),
+            Self::body(&RenewRequest { expires_at }),
+            &subject,
+        )?;
         self.json::<RenewResponse>(resp, &subject)
             .map(|r| r.expires_at)
     }
@@ -186,7 +250,7 @@ impl Lifecycle {
         check_id("sandbox", id)?;
         let subject = format!("sandbox {id}");
         let path = format!("/sandboxes/{id}/endpoints/{port}?use_server_proxy={use_server_proxy}");
-        let resp = self.send(self.request("GET", &path)?, None, &subject)?;
+        let resp = self.send("GET", &path, None, &subject)?;
         self.json(resp, &subject)
     }
 }

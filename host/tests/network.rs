@@ -180,6 +180,13 @@ fn denied_destinations_are_refused_before_any_connection() {
         "http://[::ffff:169.254.169.254]/latest/meta-data/".to_string(),
         "http://[fe80::1]/".to_string(),
         "http://metadata.google.internal/computeMetadata/v1/".to_string(),
+        // Other spellings of this machine: the unspecified address, IPv6
+        // loopback, and the short, decimal and hex forms resolvers accept.
+        format!("http://0.0.0.0:{o}/unspecified"),
+        format!("http://[::1]:{o}/v6-loopback"),
+        format!("http://127.1:{o}/short-form"),
+        format!("http://2130706433:{o}/decimal-form"),
+        format!("http://0x7f000001:{o}/hex-form"),
         // The userinfo trick: looks like the origin, goes to another host ...
         format!("http://127.0.0.1:{o}@127.0.0.2:{p}/userinfo"),
         // ... and credentials in front of the origin itself.

@@ -2,7 +2,8 @@
 //! `src/rpc/wire.rs` (with `errors.rs` and the WIT bindings it needs): reading
 //! and classifying arbitrary input never panics, lines are split and bounded
 //! exactly, and a request-shaped line always yields something to answer under
-//! its own id. Bounded to a few hundred cases each (well under a second).
+//! its own id. Bounded to a few hundred cases each (well under a second);
+//! `PROPTEST_CASES` raises it.
 
 // Only the wire edge of the host is compiled here: the rest of what these
 // modules define is unused in this test.
@@ -28,9 +29,14 @@ use wire::{Incoming, Line, LineReader, id_from_head, parse};
 /// Bytes of an over-long line kept to look for its id (`wire::HEAD_KEEP`).
 const HEAD_KEEP: usize = 4096;
 
+/// 300 cases each by default (well under a second); `PROPTEST_CASES` for more
+/// (`just fuzz`).
 fn config() -> Config {
     Config {
-        cases: 300,
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(300),
         failure_persistence: None,
         ..Config::default()
     }

@@ -14,10 +14,17 @@ pub const MAX_KEY: usize = 1024;
 pub const MAX_VALUE: usize = 64 * 1024;
 /// Longest time an entry may live.
 pub const MAX_TTL: Duration = Duration::from_secs(3600);
+/// Bytes of keys and values kept at most (a resolved endpoint is ~200 bytes):
+/// a provider that floods the memo cannot make the host hold more.
+pub const MAX_BYTES: usize = 4 << 20;
 
 #[derive(Default)]
 pub struct Memo {
     entries: Mutex<HashMap<String, (String, Instant)>>,
+}
+
+fn weight(entries: &HashMap<String, (String, Instant)>) -> usize {
+    entries.iter().map(|(k, (v, _))| k.len() + v.len()).sum()
 }
 
 impl Memo {
@@ -39,9 +46,12 @@ impl Memo {
         }
         let now = Instant::now();
         let mut entries = self.entries.lock().expect("lock");
-        if entries.len() >= MAX_ENTRIES && !entries.contains_key(&key) {
+        let full = |entries: &HashMap<String, (String, Instant)>| {
+            entries.len() >= MAX_ENTRIES || weight(entries) + key.len() + value.len() > MAX_BYTES
+        };
+        if !entries.contains_key(&key) && full(&entries) {
             entries.retain(|_, (_, expires)| *expires > now);
-            if entries.len() >= MAX_ENTRIES {
+            while !entries.is_empty() && full(&entries) {
                 let mut by_expiry: Vec<Instant> = entries.values().map(|(_, e)| *e).collect();
                 by_expiry.sort();
                 let cutoff = by_expiry[by_expiry.len() / 2];
@@ -90,5 +100,20 @@ mod tests {
         }
         assert!(memo.entries.lock().unwrap().len() <= MAX_ENTRIES);
         assert!(memo.get(&format!("k{}", MAX_ENTRIES + 9)).is_some());
+    }
+
+    #[test]
+    fn bounded_in_bytes() {
+        let memo = Memo::default();
+        for i in 0..1000 {
+            memo.put(
+                format!("flood-{i}"),
+                "v".repeat(MAX_VALUE),
+                Duration::from_secs(600),
+            );
+        }
+        assert!(weight(&memo.entries.lock().unwrap()) <= MAX_BYTES);
+        memo.put("endpoint".into(), "e".into(), Duration::from_secs(60));
+        assert_eq!(memo.get("endpoint").as_deref(), Some("e"));
     }
 }

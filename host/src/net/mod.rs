@@ -3,4 +3,5 @@
 pub mod memo;
 pub mod outbound;
 pub mod policy;
+pub mod readahead;
 pub mod websocket;

@@ -7,12 +7,13 @@
 //! checked again).
 
 use super::policy::{Denied, Destination, NetPolicy, is_host_owned_header};
+use super::readahead::ReadAhead;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::connect::dns::Name;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -109,7 +110,11 @@ impl HttpClient {
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
+        // The idle timeout needs a timer to run at all: without one, a pooled
+        // connection to an endpoint that is never asked again (a killed
+        // sandbox's execd, in direct mode) stays in the pool for good.
         let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(30))
             .pool_max_idle_per_host(64)
             .build(https);
@@ -195,8 +200,20 @@ impl WasiHttpHooks for Outbound {
                 Ok(Err(err)) => return Err(map_client_error(&dest, err)),
                 Err(_) => return Err(HttpError::ConnectionReadTimeout),
             };
-            let response =
-                response.map(|body| IdleTimeoutBody::new(body, between_bytes).boxed_unsync());
+            // A body of unknown length is a stream (execd's command events):
+            // read it ahead so the guest gets many small chunks at once.
+            let streamed = !response
+                .headers()
+                .contains_key(http::header::CONTENT_LENGTH)
+                && !http_body::Body::is_end_stream(response.body());
+            let response = response.map(|body| {
+                let body = IdleTimeoutBody::new(body, between_bytes);
+                if streamed {
+                    ReadAhead::new(body).boxed_unsync()
+                } else {
+                    body.boxed_unsync()
+                }
+            });
             Ok((
                 response,
                 Box::new(async { Ok(()) }) as Box<dyn Future<Output = _> + Send>,
@@ -212,7 +229,14 @@ fn clamp(timeout: Option<Duration>) -> Duration {
 fn map_client_error(dest: &Destination, err: hyper_util::client::legacy::Error) -> HttpError {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&err);
     while let Some(e) = source {
-        if let Some(denied) = e.downcast_ref::<DeniedError>() {
+        // The resolver's refusal travels inside an io::Error, whose `source()`
+        // skips the wrapped error itself: look inside it too.
+        let denied = e.downcast_ref::<DeniedError>().or_else(|| {
+            e.downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|inner| inner.downcast_ref::<DeniedError>())
+        });
+        if let Some(denied) = denied {
             eprintln!("epp-host: denied outbound request to {dest}: {denied}");
             return HttpError::HttpRequestDenied;
         }

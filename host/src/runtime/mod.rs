@@ -76,7 +76,10 @@ pub fn linker(engine: &Engine) -> Result<Linker<StoreState>> {
     use wasmtime_wasi::filesystem::{WasiFilesystem, WasiFilesystemView};
     use wasmtime_wasi::p2::bindings::filesystem;
     filesystem::types::add_to_linker::<StoreState, WasiFilesystem>(&mut l, StoreState::filesystem)?;
-    filesystem::preopens::add_to_linker::<StoreState, WasiFilesystem>(&mut l, StoreState::filesystem)?;
+    filesystem::preopens::add_to_linker::<StoreState, WasiFilesystem>(
+        &mut l,
+        StoreState::filesystem,
+    )?;
     cli::environment::add_to_linker::<StoreState, WasiCli>(&mut l, StoreState::cli)?;
     cli::exit::add_to_linker::<StoreState, WasiCli>(&mut l, StoreState::cli)?;
     cli::terminal_input::add_to_linker::<StoreState, WasiCli>(&mut l, StoreState::cli)?;

@@ -444,6 +444,43 @@ pub fn run_host_once(args: &[&str], env: &[(&str, &str)]) -> Output {
     in_lab(move || cmd.output()).expect("running epp-host")
 }
 
+/// Whether this machine lets us run a process in fresh network and mount
+/// namespaces (`unshare --net --mount`, needs root or CAP_SYS_ADMIN).
+pub fn can_unshare() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    *OK.get_or_init(|| {
+        Command::new("unshare")
+            .args(["--net", "--mount", "--", "sh", "-c"])
+            .arg("mount --make-rprivate / && mount --bind /etc/hosts /etc/hosts")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
+/// Runs `cmd` as `unshare --net --mount sh -c 'bind-mount HOSTS over /etc/hosts;
+/// exec cmd'`: a process with nothing but a (down) loopback interface that
+/// resolves names from the given hosts file.
+fn with_private_hosts(cmd: Command, hosts: &Path) -> Command {
+    let mut wrapped = Command::new("unshare");
+    wrapped
+        .args(["--net", "--mount", "--", "sh", "-c"])
+        .arg(r#"mount --make-rprivate / && mount --bind "$1" /etc/hosts && shift && exec "$@""#)
+        .arg("sh")
+        .arg(hosts)
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    wrapped.env_clear();
+    for (k, v) in cmd.get_envs() {
+        if let Some(v) = v {
+            wrapped.env(k, v);
+        }
+    }
+    wrapped
+}
+
 /// How to start `epp-host run`.
 pub struct HostBuilder {
     wasm: PathBuf,
@@ -452,6 +489,7 @@ pub struct HostBuilder {
     allow_unsigned: bool,
     cache_dir: Option<PathBuf>,
     trust_file: PathBuf,
+    hosts: Option<String>,
 }
 
 impl HostBuilder {
@@ -464,7 +502,16 @@ impl HostBuilder {
             allow_unsigned: true,
             cache_dir: Some(shared_cache_dir().to_path_buf()),
             trust_file: PathBuf::from("/dev/null"),
+            hosts: None,
         }
+    }
+
+    /// Runs the host in namespaces of its own where names resolve from `hosts`
+    /// (an /etc/hosts text) and no network exists beyond loopback; see
+    /// [`can_unshare`].
+    pub fn private_hosts(mut self, hosts: &str) -> Self {
+        self.hosts = Some(hosts.to_string());
+        self
     }
 
     pub fn wasm(mut self, wasm: &Path) -> Self {
@@ -535,6 +582,14 @@ impl HostBuilder {
     /// Starts the host inside the lab with piped stdio.
     pub fn spawn(self) -> Host {
         let mut cmd = self.command();
+        let mut keep = None;
+        if let Some(hosts) = &self.hosts {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let file = dir.path().join("hosts");
+            std::fs::write(&file, hosts).expect("writing the hosts file");
+            cmd = with_private_hosts(cmd, &file);
+            keep = Some(dir);
+        }
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -572,6 +627,7 @@ impl HostBuilder {
             });
         }
         Host {
+            _hosts: keep,
             stdin: Some(child.stdin.take().expect("stdin")),
             child,
             messages: rx,
@@ -591,6 +647,8 @@ impl Default for HostBuilder {
 
 /// A running `epp-host run`, driven over its stdio.
 pub struct Host {
+    /// The private hosts file, kept while the host runs.
+    _hosts: Option<tempfile::TempDir>,
     child: Child,
     stdin: Option<ChildStdin>,
     messages: mpsc::Receiver<Value>,
@@ -760,6 +818,11 @@ impl Host {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The process id (of `unshare` when the host runs with private hosts).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Whether the process is still running.

@@ -32,9 +32,14 @@ pub type Reply = Result<Value, Box<RpcError>>;
 
 #[derive(Default)]
 struct State {
-    replies: HashMap<String, Value>,
+    replies: HashMap<String, (Value, Instant)>,
     notes: Vec<(Instant, Value)>,
     closed: bool,
+    /// Lines and bytes read from stdout (for the secrets sweep's figures).
+    lines: u64,
+    bytes: u64,
+    /// Stdout lines that contained a secret (redacted).
+    leaks: Vec<String>,
 }
 
 type Shared = Arc<(Mutex<State>, Condvar)>;
@@ -64,6 +69,16 @@ impl HostBuilder {
         if !tb.api_key.is_empty() {
             env.push(("ABX_OPENSANDBOX_API_KEY".to_string(), tb.api_key.clone()));
         }
+        // Every host also holds a registry password (sent as image.auth, which the
+        // testbed accepts and ignores), so the secrets sweep covers both secrets.
+        env.push((
+            "ABX_OPENSANDBOX_REGISTRY_USERNAME".to_string(),
+            "e2e-registry-user".to_string(),
+        ));
+        env.push((
+            "ABX_OPENSANDBOX_REGISTRY_PASSWORD".to_string(),
+            crate::secrets::registry_password().to_string(),
+        ));
         HostBuilder {
             env,
             args: Vec::new(),
@@ -75,6 +90,11 @@ impl HostBuilder {
         self.env.retain(|(k, _)| k != key);
         self.env.push((key.to_string(), value.to_string()));
         self
+    }
+
+    /// Reaches the lifecycle server through a fault proxy.
+    pub fn via(self, proxy: &crate::FaultProxy) -> HostBuilder {
+        self.env("ABX_OPENSANDBOX_BASE_URL", &proxy.url())
     }
 
     pub fn without_env(mut self, key: &str) -> HostBuilder {
@@ -117,12 +137,13 @@ impl HostBuilder {
         std::thread::spawn(move || read_stdout(stdout, reader));
         let log = Arc::new(Mutex::new(String::new()));
         let log_writer = log.clone();
-        std::thread::spawn(move || {
+        let stderr_thread = std::thread::spawn(move || {
             let mut buf = String::new();
             let _ = BufReader::new(stderr).read_to_string(&mut buf).map(|_| ());
             log_writer.lock().unwrap().push_str(&buf);
         });
         Host {
+            stderr_thread: Some(stderr_thread),
             child,
             stdin: Mutex::new(Some(stdin)),
             shared,
@@ -146,10 +167,37 @@ fn short(v: &Value) -> String {
     format!("{}… ({} bytes)", &text[..cut], text.len())
 }
 
+/// Whether a line that contains a secret still does once the testbed's own
+/// processes are taken out of a `process.list` answer: the testbed has no
+/// isolation, so a sandbox sees every process of the machine, and the
+/// testbed's server carries the API key on its command line. That is the
+/// testbed showing its key, not the provider.
+fn leaks_beyond_testbed(line: &str) -> bool {
+    let Ok(mut value) = serde_json::from_str::<Value>(line) else {
+        return true;
+    };
+    if let Some(list) = value["result"]["processes"].as_array_mut() {
+        list.retain(|p| {
+            let cmd = p["cmdline"].as_str().unwrap_or("");
+            !(cmd.contains("tests/testbed/testbed start") || cmd.contains("server/run_server.py"))
+        });
+    }
+    crate::secrets::leak(&value.to_string()).is_some()
+}
+
 fn read_stdout(stdout: impl Read, shared: Shared) {
     let (lock, cvar) = &*shared;
     for line in BufReader::new(stdout).lines() {
         let Ok(line) = line else { break };
+        {
+            let mut state = lock.lock().unwrap();
+            state.lines += 1;
+            state.bytes += line.len() as u64 + 1;
+            if crate::secrets::leak(&line).is_some() && leaks_beyond_testbed(&line) {
+                let text = crate::secrets::redacted(&line);
+                state.leaks.push(text);
+            }
+        }
         let value: Value = serde_json::from_str(&line)
             .unwrap_or_else(|e| panic!("epp-host wrote a line that is not JSON ({e}): {line}"));
         assert_eq!(value["jsonrpc"], "2.0", "not JSON-RPC 2.0: {line}");
@@ -159,7 +207,10 @@ fn read_stdout(stdout: impl Read, shared: Shared) {
         } else {
             let id = value["id"].to_string();
             assert!(
-                state.replies.insert(id.clone(), value).is_none(),
+                state
+                    .replies
+                    .insert(id.clone(), (value, Instant::now()))
+                    .is_none(),
                 "two answers for id {id}"
             );
         }
@@ -171,6 +222,7 @@ fn read_stdout(stdout: impl Read, shared: Shared) {
 
 /// A running `epp-host run`.
 pub struct Host {
+    stderr_thread: Option<std::thread::JoinHandle<()>>,
     child: Child,
     stdin: Mutex<Option<ChildStdin>>,
     shared: Shared,
@@ -209,13 +261,18 @@ impl Host {
 
     /// Waits for the answer to `id`.
     pub fn wait(&self, id: &Value, timeout: Duration) -> Reply {
+        self.wait_at(id, timeout).0
+    }
+
+    /// Waits for the answer to `id`; also returns when it arrived.
+    pub fn wait_at(&self, id: &Value, timeout: Duration) -> (Reply, Instant) {
         let key = id.to_string();
         let (lock, cvar) = &*self.shared;
         let deadline = Instant::now() + timeout;
         let mut state = lock.lock().unwrap();
         loop {
-            if let Some(v) = state.replies.remove(&key) {
-                return match v.get("error") {
+            if let Some((v, at)) = state.replies.remove(&key) {
+                let reply = match v.get("error") {
                     Some(e) => Err(Box::new(RpcError {
                         code: e["code"].as_i64().unwrap_or(0),
                         message: e["message"].as_str().unwrap_or("").to_string(),
@@ -224,6 +281,7 @@ impl Host {
                     })),
                     None => Ok(v["result"].clone()),
                 };
+                return (reply, at);
             }
             let left = deadline.saturating_duration_since(Instant::now());
             assert!(
@@ -321,6 +379,11 @@ impl Host {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// The `epp-host` process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Creates a sandbox (killed when this host is dropped); returns its info.
     pub fn create_info(&self, params: Value) -> Value {
         let info = self.ok("sandbox.create", params);
@@ -353,5 +416,24 @@ impl Drop for Host {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // The secrets sweep: stdout was checked line by line; now all of stderr.
+        if let Some(t) = self.stderr_thread.take() {
+            let _ = t.join();
+        }
+        let log = self.stderr();
+        let (lines, bytes, mut leaks) = {
+            let state = self.shared.0.lock().unwrap();
+            (state.lines, state.bytes, state.leaks.clone())
+        };
+        if crate::secrets::leak(&log).is_some() {
+            leaks.push(format!("stderr:\n{}", crate::secrets::redacted(&log)));
+        }
+        crate::secrets::tally(lines, bytes, log.len() as u64, leaks.len());
+        if !leaks.is_empty() && !std::thread::panicking() {
+            panic!(
+                "a secret (API key or registry password) appeared in epp-host's output:\n{}",
+                leaks.join("\n")
+            );
+        }
     }
 }

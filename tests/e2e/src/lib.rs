@@ -7,11 +7,14 @@
 //! without `EPP_TESTBED_URL` the harness starts its own testbed once per test
 //! binary and stops it (with every sandbox process) when the binary exits.
 
+pub mod faults;
 mod host;
+pub mod secrets;
 mod testbed;
 
+pub use faults::{Fault, FaultProxy};
 pub use host::{Host, HostBuilder, Mode, Reply, RpcError};
-pub use testbed::{Testbed, testbed};
+pub use testbed::{PrivateTestbed, Testbed, testbed};
 
 use std::path::PathBuf;
 
@@ -101,4 +104,77 @@ pub fn b64d(s: &str) -> Vec<u8> {
 pub fn b64e(bytes: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// Appends one line of figures for docs/reliability.md to
+/// `$EPP_FIGURES_DIR/<area>.txt` (default `target/reliability/`).
+pub fn figure(area: &str, line: &str) {
+    use std::io::Write as _;
+    let dir = std::env::var_os("EPP_FIGURES_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_dir().join("reliability"));
+    let _ = std::fs::create_dir_all(&dir);
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("{area}.txt")))
+    {
+        let _ = writeln!(f, "{line}");
+    }
+    eprintln!("figure {area}: {line}");
+}
+
+/// Pids of live processes of testbed sandbox `sandbox_id` (found by the
+/// `OPENSANDBOX_TESTBED_SANDBOX` marker in their environment, as the testbed
+/// itself finds them).
+pub fn sandbox_processes(sandbox_id: &str) -> Vec<u32> {
+    let needle = format!("OPENSANDBOX_TESTBED_SANDBOX={sandbox_id}");
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // Zombies have exited already; their parent just has not reaped them.
+            let state = stat.rsplit_once(") ").and_then(|(_, r)| r.chars().next());
+            state.is_some_and(|s| s != 'Z' && s != 'X')
+                && std::fs::read(format!("/proc/{pid}/environ"))
+                    .map(|env| env.split(|b| *b == 0).any(|v| v == needle.as_bytes()))
+                    .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// Waits up to `timeout` for every process of these sandboxes to be gone;
+/// returns the pids still alive (empty: no orphans).
+pub fn orphans(sandbox_ids: &[String], timeout: std::time::Duration) -> Vec<u32> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let left: Vec<u32> = sandbox_ids
+            .iter()
+            .flat_map(|id| sandbox_processes(id))
+            .collect();
+        if left.is_empty() || std::time::Instant::now() >= deadline {
+            return left;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Resident set size of a process, in KiB (`VmRSS`).
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Open file descriptors of a process.
+pub fn open_fds(pid: u32) -> Option<usize> {
+    Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count())
 }

@@ -55,7 +55,8 @@ impl Testbed {
     // The child is stopped (its whole process group) by the atexit hook, not waited for.
     #[allow(clippy::zombie_processes)]
     fn start() -> Testbed {
-        let api_key = crate::unique("e2e-key");
+        // Recognisable, for the secrets sweep (see `secrets`).
+        let api_key = format!("KEY-{}-SECRET", crate::secrets::token());
         let script = crate::repo_root().join("tests/testbed/testbed");
         let mut cmd = Command::new(&script);
         cmd.args(["start", "--port", "0", "--api-key", &api_key])
@@ -118,4 +119,127 @@ impl Testbed {
     pub fn owned(&self) -> bool {
         self.child.is_some()
     }
+}
+
+/// A testbed of one test's own, e.g. to stop and restart it; stopped (with
+/// every sandbox process) when dropped.
+pub struct PrivateTestbed {
+    /// `http://127.0.0.1:PORT` (the same across restarts).
+    pub url: String,
+    pub api_key: String,
+    port: u16,
+    state: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl PrivateTestbed {
+    /// Starts one on a free port, with its own state folder and API key.
+    pub fn start() -> PrivateTestbed {
+        let state = tempfile::tempdir().expect("testbed state dir");
+        let api_key = format!("KEY-{}-SECRET", crate::secrets::token());
+        let (child, url) = Self::launch(0, &api_key, state.path());
+        let port = url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("port in the testbed URL");
+        PrivateTestbed {
+            url,
+            api_key,
+            port,
+            state,
+            child: Some(child),
+        }
+    }
+
+    fn launch(port: u16, api_key: &str, state: &std::path::Path) -> (Child, String) {
+        let script = crate::repo_root().join("tests/testbed/testbed");
+        let mut cmd = Command::new(&script);
+        cmd.args(["start", "--port", &port.to_string(), "--api-key", api_key])
+            .arg("--state-dir")
+            .arg(state.join("testbed"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        use std::os::unix::process::CommandExt;
+        cmd.process_group(0);
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", script.display()));
+        let (tx, rx) = mpsc::channel::<String>();
+        for stream in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    let _ = tx.send(line);
+                }
+            });
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(180);
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(pos) = line.find("ready at http://") {
+                        let url = line[pos + "ready at ".len()..]
+                            .split_whitespace()
+                            .next()
+                            .unwrap()
+                            .to_string();
+                        return (child, url);
+                    }
+                    seen.push(line);
+                }
+                Err(_) => {
+                    stop_group(&mut child);
+                    panic!("a private testbed did not start:\n{}", seen.join("\n"));
+                }
+            }
+        }
+    }
+
+    /// Stops the server (it ends every sandbox) and waits for it.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            stop_group(&mut child);
+        }
+    }
+
+    /// Stops it and starts it again on the same port and state folder.
+    pub fn restart(&mut self) {
+        self.stop();
+        let (child, url) = Self::launch(self.port, &self.api_key, self.state.path());
+        assert_eq!(url, self.url, "the restarted testbed moved");
+        self.child = Some(child);
+    }
+}
+
+impl Drop for PrivateTestbed {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// SIGTERM to the child's process group, SIGKILL after 15 s, then reaps it.
+fn stop_group(child: &mut Child) {
+    let pgid = child.id() as i32;
+    // SAFETY: plain syscalls on a process group this process created.
+    unsafe {
+        libc::kill(-pgid, libc::SIGTERM);
+    }
+    for _ in 0..300 {
+        if child.try_wait().ok().flatten().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: as above; whatever is left of the group goes.
+    unsafe {
+        libc::kill(-pgid, libc::SIGKILL);
+    }
+    let _ = child.wait();
 }

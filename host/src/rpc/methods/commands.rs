@@ -130,6 +130,15 @@ pub async fn follow(
                 "the provider ended the command's stream without an exit status; its outcome is unknown",
             ));
         };
+        if events.is_empty() {
+            // `next` must wait for at least one event: an empty batch would make
+            // this loop spin, with no deadline when the command has no timeout.
+            ctx.abandon().await;
+            return Err(RpcError::fault(
+                "the provider's command stream returned a batch with no event (it must wait for \
+                 at least one); the command was stopped; report this provider bug",
+            ));
+        }
         // Consecutive output of one stream in a batch goes out as one notification.
         let mut pending: Option<(bool, String)> = None;
         for event in events {

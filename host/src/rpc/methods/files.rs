@@ -14,6 +14,8 @@ use wasmtime::component::ResourceAny;
 
 /// Bytes moved per call into or out of the provider.
 const CHUNK: usize = 1 << 20;
+/// Empty chunks in a row after which a file reader counts as stuck.
+const MAX_EMPTY_CHUNKS: u32 = 1000;
 
 #[derive(Deserialize, Default, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -176,7 +178,20 @@ async fn drain(
         return Err(too_big(path, cap));
     }
     let mut bytes = Vec::with_capacity(size.unwrap_or(0).min(cap as u64) as usize);
+    let mut empty = 0;
     while let Some(chunk) = guest_res!(*inst, file_reader.call_read, reader, CHUNK as u32)? {
+        if chunk.is_empty() {
+            // Neither data nor the end: tolerated a little, never forever.
+            empty += 1;
+            if empty >= MAX_EMPTY_CHUNKS {
+                return Err(RpcError::fault(format!(
+                    "the provider's file reader returned {MAX_EMPTY_CHUNKS} empty chunks in a row \
+                     for {path} (no data and no end); stopped; report this provider bug"
+                )));
+            }
+            continue;
+        }
+        empty = 0;
         if bytes.len() + chunk.len() > cap {
             return Err(too_big(path, cap));
         }

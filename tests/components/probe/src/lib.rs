@@ -18,12 +18,19 @@
 //! | `spin` | loops forever |
 //! | `alloc` | allocates memory without bound |
 //! | `trap` | panics |
+//! | `garbage` | answers strings full of control characters, quotes, NULs and non-ASCII, a 1 MiB string and 5000 metadata pairs (duplicate keys included) |
+//! | `bad-utf8` | answers a `string` that is not UTF-8 (breaks the canonical ABI on purpose) |
+//! | `huge MIB` | answers a sandbox id of MIB MiB |
+//! | `memo-flood N SIZE` | puts N memo entries of SIZE bytes each under fresh keys |
 //!
 //! `commands-run` with `cmd` = `stream N DELAY_MS`: `started("cmd-" + sandbox-id)`, then N
-//! stdout events `line I\n` DELAY_MS apart, then `exited(0)`. `commands-kill` records
+//! stdout events `line I\n` DELAY_MS apart, then `exited(0)`; `empty-batches`: batches with
+//! no event, forever (the contract says at least one); `after-exit`: one batch of
+//! `started`, `exited(3)`, `stdout("late\n")`, `exited(4)`, then more output instead of none. `commands-kill` records
 //! `killed:COMMAND_ID` in the memo, so a test can see that the host stopped a cancelled
 //! command. `files-read` with `path` = `chunks N SIZE`: N chunks of SIZE bytes, the
-//! first all `a`, the next all `b`, and so on.
+//! first all `a`, the next all `b`, and so on; `empty-chunks`: empty chunks forever;
+//! `liar N SIZE`: says its size is 1 byte, then delivers N chunks of SIZE bytes.
 //!
 //! `describe` declares all 18 capabilities supported; every other function fails
 //! with `unsupported`.
@@ -144,10 +151,51 @@ fn instruction(id: &str) -> R<SandboxInfo> {
         "spin" => spin(),
         "alloc" => alloc(),
         "trap" => panic!("probe: trap requested"),
+        "garbage" => Ok(garbage()),
+        "bad-utf8" => {
+            // SAFETY: deliberately not UTF-8: the string is only handed to the
+            // canonical ABI, which must refuse it (the point of this instruction).
+            let id = unsafe { String::from_utf8_unchecked(vec![b'o', b'k', 0xff, 0xfe, 0xc0]) };
+            Ok(answer(&id, Vec::new()))
+        }
+        "huge" => {
+            let mib = number("huge", arg)? as usize;
+            Ok(answer(&"x".repeat(mib << 20), Vec::new()))
+        }
+        "memo-flood" => {
+            let (n, size) = arg.split_once(' ').unwrap_or((arg, "0"));
+            let (n, size) = (number("n", n)?, number("size", size)? as usize);
+            let value = "v".repeat(size);
+            let salt = wasip2::random::random::get_random_u64();
+            for i in 0..n {
+                memo::put(&format!("flood-{salt:x}-{i}"), &value, 3_600_000);
+            }
+            Ok(answer(id, Vec::new()))
+        }
         _ => Err(error(
             ErrorCode::InvalidArgument,
             format!("unknown probe instruction `{id}`"),
         )),
+    }
+}
+
+/// Everything awkward a JSON encoder must escape, and a lot of it.
+fn garbage() -> SandboxInfo {
+    let mut nasty: String = (0u8..0x20).map(char::from).collect();
+    nasty.push_str("\"\\/\u{7f}\u{2028}\u{2029}\u{feff}\u{fffd}é中😀</script>");
+    let mut metadata: Kv = (0..5000)
+        .map(|i| kv(&format!("k{}", i % 2500), format!("{nasty}{i}")))
+        .collect();
+    metadata.push(kv("", ""));
+    metadata.push(kv(&nasty, "x".repeat(1 << 20)));
+    SandboxInfo {
+        sandbox_id: nasty.clone(),
+        template: "\0".into(),
+        image: Some(nasty.clone()),
+        state: "\u{0}\u{1}".into(),
+        metadata,
+        created_at: Some("not a time".into()),
+        expires_at: Some(nasty),
     }
 }
 
@@ -279,8 +327,17 @@ fn memo_round_trip() -> Kv {
     vec![kv("after-put", after_put), kv("after-forget", after_forget)]
 }
 
+/// How a probe command misbehaves (or not).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Lines,
+    EmptyBatches,
+    AfterExit,
+}
+
 /// `stream N DELAY_MS`: a command that prints N lines, DELAY_MS apart.
 pub struct CommandStream {
+    kind: Kind,
     id: String,
     lines: u64,
     delay_ms: u64,
@@ -291,6 +348,30 @@ pub struct CommandStream {
 
 impl infra::GuestCommandStream for CommandStream {
     fn next(&self) -> R<Option<Vec<CommandEvent>>> {
+        match self.kind {
+            Kind::Lines => {}
+            Kind::EmptyBatches => return Ok(Some(Vec::new())),
+            Kind::AfterExit => {
+                let first = self.next.get() == 0;
+                self.next.set(1);
+                return Ok(Some(if first {
+                    vec![
+                        CommandEvent::Started(self.id.clone()),
+                        CommandEvent::Exited(CommandExit {
+                            exit_code: 3,
+                            error: None,
+                        }),
+                        CommandEvent::Stdout("late\n".into()),
+                        CommandEvent::Exited(CommandExit {
+                            exit_code: 4,
+                            error: None,
+                        }),
+                    ]
+                } else {
+                    vec![CommandEvent::Stdout("later\n".into())]
+                }));
+            }
+        }
         if self.done.get() {
             return Ok(None);
         }
@@ -311,19 +392,25 @@ impl infra::GuestCommandStream for CommandStream {
     }
 }
 
-/// `chunks N SIZE`: N chunks of SIZE bytes.
+/// `chunks N SIZE`: N chunks of SIZE bytes (`claimed`: the size it admits to;
+/// `empty`: only ever empty chunks).
 pub struct FileReader {
     chunk: u64,
     total: u64,
+    claimed: Option<u64>,
+    empty: bool,
     offset: Cell<u64>,
 }
 
 impl infra::GuestFileReader for FileReader {
     fn size(&self) -> Option<u64> {
-        Some(self.total)
+        self.claimed
     }
 
     fn read(&self, max: u32) -> R<Option<Vec<u8>>> {
+        if self.empty {
+            return Ok(Some(Vec::new()));
+        }
         let offset = self.offset.get();
         if offset >= self.total {
             return Ok(None);
@@ -396,16 +483,26 @@ impl Guest for Probe {
 
     fn commands_run(req: CommandRequest) -> R<infra::CommandStream> {
         let words: Vec<&str> = req.cmd.split_whitespace().collect();
-        let ["stream", lines, delay_ms] = words[..] else {
-            return Err(error(
-                ErrorCode::InvalidArgument,
-                "the probe runs `stream N DELAY_MS` only",
-            ));
+        let (kind, lines, delay_ms) = match words[..] {
+            ["stream", lines, delay_ms] => (
+                Kind::Lines,
+                number("lines", lines)?,
+                number("delay", delay_ms)?,
+            ),
+            ["empty-batches"] => (Kind::EmptyBatches, 0, 0),
+            ["after-exit"] => (Kind::AfterExit, 0, 0),
+            _ => {
+                return Err(error(
+                    ErrorCode::InvalidArgument,
+                    "the probe runs `stream N DELAY_MS`, `empty-batches` or `after-exit` only",
+                ));
+            }
         };
         Ok(infra::CommandStream::new(CommandStream {
+            kind,
             id: format!("cmd-{}", req.sandbox_id),
-            lines: number("lines", lines)?,
-            delay_ms: number("delay", delay_ms)?,
+            lines,
+            delay_ms,
             next: Cell::new(0),
             done: Cell::new(false),
         }))
@@ -418,16 +515,28 @@ impl Guest for Probe {
 
     fn files_read(_: String, path: String, _: Option<ByteRange>) -> R<infra::FileReader> {
         let words: Vec<&str> = path.split_whitespace().collect();
-        let ["chunks", count, size] = words[..] else {
-            return Err(error(
-                ErrorCode::NotFound,
-                "the probe reads `chunks N SIZE` only",
-            ));
+        let (kind, count, size) = match words[..] {
+            [kind @ ("chunks" | "liar"), count, size] => {
+                (kind, number("count", count)?, number("size", size)?.max(1))
+            }
+            ["empty-chunks"] => ("empty-chunks", 0, 1),
+            _ => {
+                return Err(error(
+                    ErrorCode::NotFound,
+                    "the probe reads `chunks N SIZE`, `liar N SIZE` or `empty-chunks` only",
+                ));
+            }
         };
-        let chunk = number("size", size)?.max(1);
+        let total = count * size;
         Ok(infra::FileReader::new(FileReader {
-            chunk,
-            total: number("count", count)? * chunk,
+            chunk: size,
+            total,
+            claimed: match kind {
+                "chunks" => Some(total),
+                "liar" => Some(1),
+                _ => None,
+            },
+            empty: kind == "empty-chunks",
             offset: Cell::new(0),
         }))
     }
