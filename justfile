@@ -53,3 +53,15 @@ release:
 # The released component in a second Wasm host (jco on Node.js) against the testbed.
 jco: release
     tests/jco/run
+
+# Long fuzzing of the stdio edge (random sessions against a real epp-host) and the wire properties.
+fuzz cases="5000":
+    PROPTEST_CASES={{cases}} cargo test -p epp-host --test stdio_fuzz --test wire_props
+
+# 10-minute soak (RSS and fds sampled every 5 s) and 3 rounds of the 200-sandbox load; figures in target/reliability/. Not in CI.
+soak secs="600": build
+    EPP_SOAK_SECS={{secs}} EPP_SOAK_SAMPLE_SECS=5 EPP_LOAD_ROUNDS=3 scripts/e2e --test load
+
+# Benchmarks beside the official Python SDK and a raw HTTP client; rewrites BENCHMARKS.md (`bench/run --quick` for a smoke run). Not in CI.
+bench *args:
+    bench/run {{args}}

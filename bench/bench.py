@@ -1,0 +1,304 @@
+#!/usr/bin/env python3
+"""Runs the seven workloads for every contender against one testbed, in
+interleaved rounds, and writes the raw samples to a JSON file.
+
+Started by bench/run (which builds everything and starts the testbed); see
+bench/README.md. Stdlib only. Every workload runs in a fresh driver process per
+round and contender; the contenders' order rotates from round to round so
+drift in the machine's load spreads over all of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from datetime import datetime, timezone
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+CONTENDERS = ("epp", "sdk", "raw")
+
+# 64 MiB of 1 KiB lines (1023 characters + "\n"): 65,536 output events, as execd
+# sends one event per line.
+STREAM_BYTES = 64 << 20
+STREAM_LINE = 1024
+STREAM_CMD = (f"L=$(head -c {STREAM_LINE - 1} /dev/zero | tr '\\0' x); "
+              f"yes \"$L\" | head -c {STREAM_BYTES}")
+FILE_BYTES = 32 << 20
+# Sandboxes for workloads 2-5 are created with execd's grace period off: real
+# execd (and the stand-in) keep a command's response open 1 s after its last
+# event, and the Python SDK reads to the end, which would hide every other cost.
+# Workload 2 is also measured once with the default grace, as users see it.
+NO_GRACE = {"EXECD_API_GRACE_SHUTDOWN": "0"}
+
+
+def log(msg: str) -> None:
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+class Bench:
+    def __init__(self, opts: argparse.Namespace) -> None:
+        self.o = opts
+        self.url = opts.url.rstrip("/")
+        self.domain = self.url.split("://", 1)[1]
+        self.results: dict = {"samples": {}}
+        self.cache_dir = tempfile.mkdtemp(prefix="epp-bench-cache-")
+        self.env = dict(os.environ)
+        self.env.update({
+            "EPP_HOST_BIN": opts.host, "EPP_GUEST_WASM": opts.wasm, "EPP_TRUSTED_KEY": opts.trusted_key,
+            "EPP_CACHE_DIR": self.cache_dir,
+            "ABX_OPENSANDBOX_BASE_URL": self.url, "ABX_OPENSANDBOX_API_KEY": opts.key,
+            "OPEN_SANDBOX_DOMAIN": self.domain, "OPEN_SANDBOX_API_KEY": opts.key,
+            "PYTHONDONTWRITEBYTECODE": "1",
+        })
+
+    # ------------------------------------------------------------ plumbing
+
+    def api(self, method: str, path: str, body: dict | None = None) -> dict:
+        req = urllib.request.Request(self.url + path, method=method,
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"OPEN-SANDBOX-API-KEY": self.o.key,
+                                              "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            data = resp.read()
+        return json.loads(data) if data else {}
+
+    def create_sandbox(self, env: dict) -> tuple[str, str]:
+        """A shared sandbox (id, execd endpoint), made outside every contender."""
+        box = self.api("POST", "/v1/sandboxes", {
+            "image": {"uri": "python:3.12-slim"}, "entrypoint": ["tail", "-f", "/dev/null"],
+            "timeout": 3600, "resourceLimits": {"cpu": "1", "memory": "2Gi"},
+            "env": env, "metadata": {"bench": "shared"}})
+        ep = self.api("GET", f"/v1/sandboxes/{box['id']}/endpoints/44772")
+        return box["id"], ep["endpoint"]
+
+    def drive(self, contender: str, workload: str, args: dict) -> dict:
+        """One workload in a fresh driver process; its JSON result."""
+        if contender == "raw":
+            argv = [self.o.raw, workload] + [f"{k}={v}" for k, v in args.items()]
+        else:
+            python = sys.executable if contender == "epp" else self.o.sdk_python
+            argv = [python, os.path.join(HERE, "drivers", f"{contender}.py"), workload, json.dumps(args)]
+        out = subprocess.run(argv, env=self.env, capture_output=True, timeout=600)
+        if out.returncode != 0:
+            raise RuntimeError(f"{contender} {workload} failed (exit {out.returncode}):\n"
+                               f"{out.stderr.decode(errors='replace')[-3000:]}")
+        return json.loads(out.stdout.decode().strip().splitlines()[-1])
+
+    def record(self, workload: str, contender: str, sample) -> None:
+        self.results["samples"].setdefault(workload, {}).setdefault(contender, []).append(sample)
+
+    def order(self, rnd: int, names=CONTENDERS) -> list[str]:
+        k = rnd % len(names)
+        return list(names[k:]) + list(names[:k])
+
+    # ------------------------------------------------------------ workloads
+
+    def cold_start(self, rnd: int) -> None:
+        """W1: process start → `epp.hello` answered; `import opensandbox` for comparison."""
+        def epp(no_cache: bool) -> float:
+            argv = [self.o.host, "run", self.o.wasm, "--trusted-key", self.o.trusted_key]
+            argv += ["--no-cache"] if no_cache else ["--cache-dir", self.cache_dir]
+            t = time.perf_counter()
+            p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, env=self.env)
+            p.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"epp.hello","params":{}}\n')
+            p.stdin.flush()
+            line = p.stdout.readline()
+            dt = time.perf_counter() - t
+            p.stdin.close()
+            p.wait(timeout=30)
+            if b'"result"' not in line:
+                raise RuntimeError(f"epp.hello failed: {line[:300]!r}")
+            return dt
+
+        def python(code: str) -> float:
+            t = time.perf_counter()
+            subprocess.run([self.o.sdk_python, "-c", code], check=True, env=self.env)
+            return time.perf_counter() - t
+
+        variants = {
+            "epp_warm": (lambda: epp(False), self.o.reps_start),
+            "epp_nocache": (lambda: epp(True), max(1, self.o.reps_start // 4)),
+            "sdk_import": (lambda: python("import opensandbox"), max(1, self.o.reps_start // 2)),
+            "python_bare": (lambda: python("pass"), max(1, self.o.reps_start // 2)),
+        }
+        for name in self.order(rnd, tuple(variants)):
+            fn, reps = variants[name]
+            for _ in range(reps):
+                self.record("cold_start", name, fn() * 1e6)
+
+    def run_true(self, rnd: int) -> None:
+        for c in self.order(rnd):
+            a = {"sandbox": self.box[0], "endpoint": self.endpoint[0], "n": self.o.calls, "warmup": 20}
+            self.record("run", c, self.drive(c, "run", a)["lat_us"])
+
+    def run_true_grace(self, rnd: int) -> None:
+        """W2 once more against a sandbox with execd's default 1 s grace."""
+        for c in self.order(rnd):
+            a = {"sandbox": self.grace_box, "endpoint": self.grace_endpoint, "n": 5, "warmup": 1,
+                 "drain": 0}
+            self.record("run_grace", c, self.drive(c, "run", a)["lat_us"])
+
+    def stream(self, rnd: int) -> None:
+        for c in self.order(rnd):
+            r = self.drive(c, "stream", {"sandbox": self.box[0], "endpoint": self.endpoint[0], "cmd": STREAM_CMD})
+            lines = STREAM_BYTES // STREAM_LINE
+            if r["lines"] != lines:
+                raise RuntimeError(f"{c} stream delivered {r['lines']} lines, not {lines}")
+            self.record("stream", c, {"mib_s": (STREAM_BYTES >> 20) / r["secs"], "secs": r["secs"],
+                                      "decode_s": r.get("decode_s"), "notifications": r.get("notifications")})
+
+    def pipe_floor(self) -> float:
+        """Seconds to push a files.write request's bytes through a pipe to
+        `cat`: what any stdio protocol pays before the host can act."""
+        data = b"x" * (FILE_BYTES + FILE_BYTES // 64 + 200)  # the JSON line: one \\n per 64-byte line
+        p = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        t = time.perf_counter()
+        p.stdin.write(data)
+        p.stdin.close()
+        p.wait()
+        return time.perf_counter() - t
+
+    def files(self, rnd: int) -> None:
+        self.record("pipe_floor", "stdio", self.pipe_floor())
+        for c in self.order(rnd):
+            path = f"/tmp/epp-bench-{os.getpid()}-{c}.txt"
+            r = self.drive(c, "files", {"sandbox": self.box[0], "endpoint": self.endpoint[0],
+                                        "path": path, "size": FILE_BYTES})
+            mib = FILE_BYTES >> 20
+            self.record("files", c, {"write_mib_s": mib / r["write_s"], "read_mib_s": mib / r["read_s"],
+                                     "encode_s": r.get("encode_s"), "decode_s": r.get("decode_s")})
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def concurrent(self, rnd: int) -> None:
+        for c in self.order(rnd):
+            a = {"sandboxes": self.box, "endpoints": ",".join(self.endpoint), "n": 64,
+                 "batches": self.o.batches}
+            if c == "raw":
+                a = {k: v for k, v in a.items() if k != "sandboxes"}
+            r = self.drive(c, "concurrent", a)
+            # Peak memory of the process that talks to OpenSandbox: epp-host
+            # itself for (a), the Python process for (b), the raw client for (c).
+            hwm = r.get("host_hwm_kib", r["hwm_kib"])
+            self.record("concurrent", c, {"wall_us": r["wall_us"], "lat_us": r["lat_us"], "hwm_kib": hwm})
+
+    def cycle(self, rnd: int) -> None:
+        for c in self.order(rnd):
+            a = {"n": self.o.cycles, "server": self.domain, "key": self.o.key}
+            self.record("cycle", c, self.drive(c, "cycle", a)["cycle_us"])
+
+    def idle(self, rnd: int) -> None:
+        """W7: memory of each contender's process after start-up and one call."""
+        for c in self.order(rnd):
+            r = self.drive(c, "idle", {"sandbox": self.box[0]})
+            self.record("idle", c, {"rss_kib": r.get("host_rss_kib", r["rss_kib"]),
+                                    "hwm_kib": r.get("host_hwm_kib", r["hwm_kib"])})
+
+    # ------------------------------------------------------------ the run
+
+    def machine(self) -> dict:
+        def cmd(argv):
+            try:
+                return subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.strip()
+            except (OSError, subprocess.SubprocessError):
+                return ""
+        cpu = ""
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
+        except OSError:
+            pass
+        mem_kib = 0
+        with open("/proc/meminfo") as f:
+            mem_kib = int(next(l for l in f if l.startswith("MemTotal")).split()[1])
+        return {
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "cpu": cpu, "cores": os.cpu_count(), "mem_gib": round(mem_kib / 1048576, 1),
+            "kernel": platform.release(), "python": platform.python_version(),
+            "rustc": cmd(["rustc", "--version"]),
+            "epp_host": cmd([self.o.host, "--version"]),
+            "sdk": cmd([self.o.sdk_python, "-c",
+                        "import importlib.metadata as m; print('opensandbox', m.version('opensandbox'), "
+                        "'httpx', m.version('httpx'))"]),
+            "server": "opensandbox-server 1.1.1 (tests/testbed, local-process runtime)",
+            "component_bytes": os.path.getsize(self.o.wasm),
+            "host_binary_bytes": os.path.getsize(self.o.host),
+            "load_before": os.getloadavg(),
+        }
+
+    def main(self) -> None:
+        started = time.time()
+        self.results["machine"] = self.machine()
+        self.results["config"] = {
+            "rounds": self.o.rounds, "short_rounds": self.o.short_rounds, "calls": self.o.calls, "batches": self.o.batches,
+            "cycles": self.o.cycles, "reps_start": self.o.reps_start,
+            "stream_bytes": STREAM_BYTES, "stream_line": STREAM_LINE, "file_bytes": FILE_BYTES,
+        }
+        log("creating the shared sandboxes")
+        made = [self.create_sandbox(NO_GRACE) for _ in range(8)]
+        self.box = [b for b, _ in made]
+        self.endpoint = [e for _, e in made]
+        self.grace_box, self.grace_endpoint = self.create_sandbox({})
+        # Fill the compile cache once (not timed): "warm" means a cache hit.
+        self.drive("epp", "idle", {"settle_s": 0})
+        steps = [("cold start", self.cold_start), ("idle memory", self.idle),
+                 ("commands.run round trip", self.run_true), ("streaming", self.stream),
+                 ("files", self.files), ("concurrency", self.concurrent),
+                 ("create/kill cycle", self.cycle), ("round trip, default grace", self.run_true_grace)]
+        if self.o.only:
+            keep = set(self.o.only.split(","))
+            steps = [(n, st) for n, st in steps if st.__name__ in keep]
+        try:
+            for rnd in range(self.o.rounds):
+                for name, step in steps:
+                    if step in (self.cycle, self.run_true_grace) and rnd >= self.o.short_rounds:
+                        continue
+                    log(f"round {rnd + 1}/{self.o.rounds}: {name}")
+                    step(rnd)
+        finally:
+            for b in self.box + [self.grace_box]:
+                try:
+                    self.api("DELETE", f"/v1/sandboxes/{b}")
+                except OSError:
+                    pass
+        self.results["machine"]["load_after"] = os.getloadavg()
+        self.results["duration_s"] = round(time.time() - started)
+        with open(self.o.out, "w") as f:
+            json.dump(self.results, f)
+        log(f"samples written to {self.o.out} ({self.results['duration_s']} s)")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--url", required=True, help="the testbed's base URL")
+    p.add_argument("--key", required=True, help="its API key")
+    p.add_argument("--host", required=True, help="release epp-host binary")
+    p.add_argument("--wasm", required=True, help="signed provider component")
+    p.add_argument("--trusted-key", required=True)
+    p.add_argument("--raw", required=True, help="the raw HTTP client (bench/raw)")
+    p.add_argument("--sdk-python", required=True, help="python of the SDK venv")
+    p.add_argument("--out", required=True, help="where the samples go (JSON)")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--short-rounds", type=int, default=3, help="rounds of the slow workloads (6, W2 with grace)")
+    p.add_argument("--calls", type=int, default=200, help="workload 2: timed calls per round")
+    p.add_argument("--batches", type=int, default=3, help="workload 5: timed batches of 64 per round")
+    p.add_argument("--cycles", type=int, default=2, help="workload 6: cycles per round")
+    p.add_argument("--reps-start", type=int, default=8, help="workload 1: warm starts per round")
+    p.add_argument("--only", default="", help="comma list of steps (cold_start, idle, run_true, stream, files, "
+                   "concurrent, cycle, run_true_grace); the report needs all of them")
+    Bench(p.parse_args()).main()
+
+
+if __name__ == "__main__":
+    main()

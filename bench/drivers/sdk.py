@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Contender (b): the official Python SDK, `opensandbox==1.1.1`, asyncio API.
+
+Runs in the SDK venv (tests/testbed/.venv-sdk). Reads OPEN_SANDBOX_DOMAIN and
+OPEN_SANDBOX_API_KEY (set by bench/bench.py). Like epp-host, the SDK resolves
+a sandbox's execd endpoint once and caches it (600 s); `Sandbox.connect` and a
+warm-up call happen before anything is timed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import timedelta
+
+from common import args, emit, file_content, memory
+
+from opensandbox import Sandbox
+from opensandbox.config import ConnectionConfig
+from opensandbox.models.execd import ExecutionHandlers
+from opensandbox.models.filesystem import WriteEntry
+
+ns = time.perf_counter_ns
+
+
+def config() -> ConnectionConfig:
+    # domain / api_key come from OPEN_SANDBOX_DOMAIN / OPEN_SANDBOX_API_KEY.
+    return ConnectionConfig(request_timeout=timedelta(seconds=300))
+
+
+async def run_true(sandbox: Sandbox) -> None:
+    ex = await sandbox.commands.run("true")
+    if ex.exit_code != 0:
+        raise RuntimeError(f"`true` exited {ex.exit_code}")
+
+
+async def w_idle(a: dict) -> dict:
+    sandbox = await Sandbox.connect(a["sandbox"], connection_config=config())
+    await run_true(sandbox)
+    await asyncio.sleep(a.get("settle_s", 1.0))
+    return {}
+
+
+async def w_run(a: dict) -> dict:
+    sandbox = await Sandbox.connect(a["sandbox"], connection_config=config())
+    lat = []
+    for i in range(a["warmup"] + a["n"]):
+        t = ns()
+        await run_true(sandbox)
+        if i >= a["warmup"]:
+            lat.append((ns() - t) // 1000)
+    return {"lat_us": lat}
+
+
+async def w_stream(a: dict) -> dict:
+    sandbox = await Sandbox.connect(a["sandbox"], connection_config=config())
+    await run_true(sandbox)
+    got = {"bytes": 0, "lines": 0}
+
+    async def on_stdout(msg):
+        got["bytes"] += len(msg.text)
+        got["lines"] += 1
+
+    handlers = ExecutionHandlers(on_stdout=on_stdout, skip_accumulation=True)
+    t = ns()
+    ex = await sandbox.commands.run(a["cmd"], handlers=handlers)
+    secs = (ns() - t) / 1e9
+    if ex.exit_code != 0:
+        raise RuntimeError(f"stream command exited {ex.exit_code}")
+    return {"secs": secs, "text_bytes": got["bytes"], "lines": got["lines"]}
+
+
+async def w_files(a: dict) -> dict:
+    sandbox = await Sandbox.connect(a["sandbox"], connection_config=config())
+    await run_true(sandbox)
+    content = file_content(a["size"])
+    t = ns()
+    await sandbox.files.write_files([WriteEntry(path=a["path"], data=content, mode=644)])
+    write_s = (ns() - t) / 1e9
+    t = ns()
+    got = await sandbox.files.read_bytes(a["path"])
+    read_s = (ns() - t) / 1e9
+    if got != content:
+        raise RuntimeError("read_bytes returned other content than was written")
+    return {"write_s": write_s, "read_s": read_s, "bytes": a["size"]}
+
+
+async def w_concurrent(a: dict) -> dict:
+    boxes = [await Sandbox.connect(s, connection_config=config()) for s in a["sandboxes"]]
+    n = a["n"]
+
+    async def one(sandbox: Sandbox, t0: int) -> int:
+        await run_true(sandbox)
+        return (ns() - t0) // 1000
+
+    walls, lat = [], []
+    for batch in range(a["batches"] + 1):  # batch 0 warms up
+        t = ns()
+        done = await asyncio.gather(*(one(boxes[i % len(boxes)], t) for i in range(n)))
+        if batch > 0:
+            walls.append(max(done))
+            lat.extend(done)
+    return {"wall_us": walls, "lat_us": lat}
+
+
+async def w_cycle(a: dict) -> dict:
+    times = []
+    for _ in range(a["n"]):
+        t = ns()
+        sandbox = await Sandbox.create("python:3.12-slim", metadata={"bench": "cycle"},
+                                       timeout=timedelta(minutes=5), connection_config=config())
+        await sandbox.kill()
+        times.append((ns() - t) // 1000)
+        await sandbox.close()
+    return {"cycle_us": times}
+
+
+WORKLOADS = {"idle": w_idle, "run": w_run, "stream": w_stream, "files": w_files,
+             "concurrent": w_concurrent, "cycle": w_cycle}
+
+
+def main() -> None:
+    workload, a = args()
+    logging.getLogger("opensandbox").setLevel(logging.CRITICAL)
+    result = asyncio.run(WORKLOADS[workload](a))
+    result.update(zip(("rss_kib", "hwm_kib"), memory()))
+    emit(result)
+
+
+if __name__ == "__main__":
+    main()
