@@ -15,6 +15,7 @@
 #![allow(dead_code, unused_imports)]
 
 mod common;
+mod strategies;
 
 #[path = "../src/runtime/bindings.rs"]
 mod bindings;
@@ -28,43 +29,14 @@ mod runtime {
 
 use common::*;
 use proptest::prelude::*;
-use proptest::test_runner::Config;
 use serde_json::{Map, Value, json};
+use strategies::{config, json_leaf as leaf, json_value as value};
 use wire::{Incoming, id_from_head, parse};
 
 /// `--max-line-bytes` of the host under test.
 const CAP: usize = 8192;
 /// Bytes of an over-long line kept to look for its id (`wire::HEAD_KEEP`).
 const HEAD_KEEP: usize = 4096;
-
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn leaf() -> impl Strategy<Value = Value> {
-    prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(|n| json!(n)),
-        any::<f64>()
-            .prop_filter("finite", |f| f.is_finite())
-            .prop_map(|f| json!(f)),
-        ".{0,12}".prop_map(Value::String),
-    ]
-}
-
-fn value() -> impl Strategy<Value = Value> {
-    leaf().prop_recursive(4, 48, 6, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-            prop::collection::btree_map(".{0,8}", inner, 0..6)
-                .prop_map(|m| Value::Object(m.into_iter().collect())),
-        ]
-    })
-}
 
 /// Ids from small pools (so duplicates in flight are common) and of every type.
 fn id() -> impl Strategy<Value = Value> {
@@ -272,11 +244,7 @@ fn run_session(lines: &[Vec<u8>]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(Config {
-        cases: cases(64),
-        failure_persistence: None,
-        ..Config::default()
-    })]
+    #![proptest_config(config(64))]
 
     #[test]
     fn every_request_shaped_line_gets_exactly_one_answer(

@@ -15,6 +15,7 @@
 mod bindings;
 #[path = "../src/rpc/errors.rs"]
 mod errors;
+mod strategies;
 #[path = "../src/rpc/wire.rs"]
 mod wire;
 mod runtime {
@@ -22,47 +23,12 @@ mod runtime {
 }
 
 use proptest::prelude::*;
-use proptest::test_runner::Config;
 use serde_json::{Map, Value, json};
+use strategies::{config, json_leaf, json_value};
 use wire::{Incoming, Line, LineReader, id_from_head, parse};
 
 /// Bytes of an over-long line kept to look for its id (`wire::HEAD_KEEP`).
 const HEAD_KEEP: usize = 4096;
-
-/// 300 cases each by default (well under a second); `PROPTEST_CASES` for more
-/// (`just fuzz`).
-fn config() -> Config {
-    Config {
-        cases: std::env::var("PROPTEST_CASES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(300),
-        failure_persistence: None,
-        ..Config::default()
-    }
-}
-
-fn json_leaf() -> impl Strategy<Value = Value> {
-    prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(|n| json!(n)),
-        any::<f64>()
-            .prop_filter("finite", |f| f.is_finite())
-            .prop_map(|f| json!(f)),
-        ".{0,12}".prop_map(Value::String),
-    ]
-}
-
-fn json_value() -> impl Strategy<Value = Value> {
-    json_leaf().prop_recursive(4, 48, 6, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-            prop::collection::btree_map(".{0,8}", inner, 0..6)
-                .prop_map(|m| Value::Object(m.into_iter().collect())),
-        ]
-    })
-}
 
 /// Ids a client may use: strings and numbers. Fractions are binary ones here:
 /// serde_json (without its `float_roundtrip` feature) may read a float such as
@@ -102,7 +68,7 @@ fn read_lines(input: &[u8], cap: usize, buffer: usize) -> Vec<Line> {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(config(300))]
 
     #[test]
     fn parse_never_panics_on_bytes(line in prop::collection::vec(any::<u8>(), 0..2000)) {

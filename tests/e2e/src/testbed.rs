@@ -52,65 +52,26 @@ pub fn testbed() -> &'static Testbed {
 }
 
 impl Testbed {
-    // The child is stopped (its whole process group) by the atexit hook, not waited for.
-    #[allow(clippy::zombie_processes)]
+    // The child is stopped (its whole process group) by the atexit hook.
     fn start() -> Testbed {
         // Recognisable, for the secrets sweep (see `secrets`).
         let api_key = format!("KEY-{}-SECRET", crate::secrets::token());
-        let script = crate::repo_root().join("tests/testbed/testbed");
-        let mut cmd = Command::new(&script);
-        cmd.args(["start", "--port", "0", "--api-key", &api_key])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        // Own process group, so one signal stops the server and every sandbox.
-        use std::os::unix::process::CommandExt;
-        cmd.process_group(0);
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", script.display()));
-        CHILD_PGID.store(child.id() as i32, std::sync::atomic::Ordering::SeqCst);
-        // SAFETY: registering a plain extern "C" function.
-        unsafe {
-            libc::atexit(stop_testbed);
-        }
-        let (tx, rx) = mpsc::channel::<String>();
-        for stream in [
-            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
-            Box::new(child.stderr.take().unwrap()),
-        ] {
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                    eprintln!("[testbed] {line}");
-                    let _ = tx.send(line);
-                }
-            });
-        }
-        let deadline = std::time::Instant::now() + Duration::from_secs(180);
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(line) => {
-                    if let Some(pos) = line.find("ready at http://") {
-                        let url = line[pos + "ready at ".len()..]
-                            .split_whitespace()
-                            .next()
-                            .unwrap()
-                            .to_string();
-                        return Testbed {
-                            url,
-                            api_key,
-                            child: Some(child),
-                        };
-                    }
-                }
-                Err(_) => {
-                    stop_testbed();
-                    panic!(
-                        "the testbed did not become ready within 180 s (see [testbed] lines above)"
-                    );
-                }
+        let (child, ready) = launch(&["--port", "0", "--api-key", &api_key], true, |child| {
+            CHILD_PGID.store(child.id() as i32, std::sync::atomic::Ordering::SeqCst);
+            // SAFETY: registering a plain extern "C" function.
+            unsafe {
+                libc::atexit(stop_testbed);
+            }
+        });
+        match ready {
+            Ok(url) => Testbed {
+                url,
+                api_key,
+                child: Some(child),
+            },
+            Err(_) => {
+                stop_testbed();
+                panic!("the testbed did not become ready within 180 s (see [testbed] lines above)");
             }
         }
     }
@@ -153,51 +114,22 @@ impl PrivateTestbed {
     }
 
     fn launch(port: u16, api_key: &str, state: &std::path::Path) -> (Child, String) {
-        let script = crate::repo_root().join("tests/testbed/testbed");
-        let mut cmd = Command::new(&script);
-        cmd.args(["start", "--port", &port.to_string(), "--api-key", api_key])
-            .arg("--state-dir")
-            .arg(state.join("testbed"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        use std::os::unix::process::CommandExt;
-        cmd.process_group(0);
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", script.display()));
-        let (tx, rx) = mpsc::channel::<String>();
-        for stream in [
-            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
-            Box::new(child.stderr.take().unwrap()),
-        ] {
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                    let _ = tx.send(line);
-                }
-            });
-        }
-        let deadline = std::time::Instant::now() + Duration::from_secs(180);
-        let mut seen = Vec::new();
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(line) => {
-                    if let Some(pos) = line.find("ready at http://") {
-                        let url = line[pos + "ready at ".len()..]
-                            .split_whitespace()
-                            .next()
-                            .unwrap()
-                            .to_string();
-                        return (child, url);
-                    }
-                    seen.push(line);
-                }
-                Err(_) => {
-                    stop_group(&mut child);
-                    panic!("a private testbed did not start:\n{}", seen.join("\n"));
-                }
+        let state = state.join("testbed");
+        let port = port.to_string();
+        let args = [
+            "--port",
+            &port,
+            "--api-key",
+            api_key,
+            "--state-dir",
+            state.to_str().expect("UTF-8 temp dir"),
+        ];
+        let (mut child, ready) = launch(&args, false, |_| {});
+        match ready {
+            Ok(url) => (child, url),
+            Err(seen) => {
+                stop_group(&mut child);
+                panic!("a private testbed did not start:\n{}", seen.join("\n"));
             }
         }
     }
@@ -221,6 +153,66 @@ impl PrivateTestbed {
 impl Drop for PrivateTestbed {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// Runs `tests/testbed/testbed start <args>` in its own process group (so one
+/// signal stops the server and every sandbox) and waits up to 180 s for its
+/// "ready at" line: the URL, or every line it printed. `spawned` runs before
+/// the wait (to register cleanup); `echo` copies its output to stderr.
+// The child is stopped by the callers (atexit hook or `stop_group`), not here.
+#[allow(clippy::zombie_processes)]
+fn launch(
+    args: &[&str],
+    echo: bool,
+    spawned: impl FnOnce(&Child),
+) -> (Child, Result<String, Vec<String>>) {
+    let script = crate::repo_root().join("tests/testbed/testbed");
+    let mut cmd = Command::new(&script);
+    cmd.arg("start")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    use std::os::unix::process::CommandExt;
+    cmd.process_group(0);
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {}: {e}", script.display()));
+    spawned(&child);
+    let (tx, rx) = mpsc::channel::<String>();
+    for stream in [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ] {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                if echo {
+                    eprintln!("[testbed] {line}");
+                }
+                let _ = tx.send(line);
+            }
+        });
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                if let Some(pos) = line.find("ready at http://") {
+                    let url = line[pos + "ready at ".len()..]
+                        .split_whitespace()
+                        .next()
+                        .unwrap()
+                        .to_string();
+                    return (child, Ok(url));
+                }
+                seen.push(line);
+            }
+            Err(_) => return (child, Err(seen)),
+        }
     }
 }
 
