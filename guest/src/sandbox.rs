@@ -171,6 +171,13 @@ fn wait_ready(
         }
         if monotonic_ms() >= deadline {
             Execd::forget(id);
+            // The error names the server's state too, even when time ran out
+            // between two of the polls above.
+            if polls % 5 != 0
+                && let Ok(sandbox) = lifecycle.get(id)
+            {
+                last = format!("state {}, {last}", sandbox.status.state);
+            }
             return Ok(Err(last));
         }
         sleep_ms(POLL_MS.min(deadline.saturating_sub(monotonic_ms()).max(1)));

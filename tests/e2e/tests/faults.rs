@@ -690,3 +690,52 @@ fn real_restart(mode: Mode) {
     assert!(orphans(&[old, fresh], Duration::from_secs(10)).is_empty());
 }
 both_modes!(real_restart_between_create_and_run, super::real_restart);
+
+#[test]
+fn create_gives_up_at_ready_timeout_and_deletes_the_sandbox() {
+    // Server-proxy mode: execd's /ping passes the proxy, which answers 503 to
+    // every one of them, so the sandbox runs but never answers.
+    let proxy = FaultProxy::testbed();
+    let host = host_via(Mode::Proxy, &proxy);
+    let tag = unique("not-ready");
+    proxy.fault("GET", "/ping", Fault::Status(503), 100_000);
+    let (e, took) = timed(|| {
+        host.fails(
+            "sandbox.create",
+            json!({"metadata": {"e2e": tag}, "ready_timeout": 3}),
+            "E5004",
+        )
+    });
+    assert!(proxy.count("GET", "/ping") >= 2, "execd was not polled");
+    assert!(
+        e.message.contains("not ready within 3 s")
+            && e.message
+                .contains("last seen: state Running, execd does not answer /ping")
+            && e.message.contains("was deleted")
+            && e.message.contains("ready_timeout"),
+        "{e:?}"
+    );
+    assert!(
+        took < Duration::from_secs(20),
+        "create took {took:?} with ready_timeout 3"
+    );
+    let left = host.ok("sandbox.list", json!({"metadata": {"e2e": tag}}));
+    assert_eq!(
+        left["sandboxes"],
+        json!([]),
+        "the half-made sandbox is left"
+    );
+    row(
+        "execd never answers /ping (503), `ready_timeout: 3`",
+        Mode::Proxy,
+        &code(&e),
+        took,
+        "message names the last state and the setting; the sandbox was deleted",
+    );
+
+    // Once execd answers again, create works through the same host.
+    proxy.heal();
+    let made = host.ok("sandbox.create", json!({"metadata": {"e2e": tag}}));
+    host.ok("sandbox.kill", json!({"sandbox_id": made["sandbox_id"]}));
+    still_serving(&host);
+}
