@@ -161,6 +161,38 @@ fn api_key_goes_to_the_origin_only_and_the_guest_cannot_forge_it() {
     assert_no_secret(&host);
 }
 
+/// A server may close an idle connection just as a request goes out on it;
+/// for a `POST` nobody could then tell whether it was acted on, so such
+/// requests never reuse a connection. Reads do, for speed.
+#[test]
+fn only_idempotent_requests_reuse_connections() {
+    let origin = Echo::start("origin", "127.0.0.1");
+    let mut host = HostBuilder::new().origin(&origin).spawn();
+    for (verb, path) in [
+        ("fetch", "/get-1"),
+        ("fetch", "/get-2"),
+        ("post", "/post-1"),
+        ("post", "/post-2"),
+        ("fetch", "/get-3"),
+    ] {
+        let resp = host.probe(&format!("{verb} {}", origin.url(path)));
+        assert_eq!(meta(&resp, "status"), Some("200"), "{verb} {path}: {resp}");
+    }
+    let hits = origin.hits();
+    let conn = |path: &str| hits.iter().find(|h| h.path == path).expect(path).conn;
+    assert_eq!(
+        hits.iter().map(|h| h.method.as_str()).collect::<Vec<_>>(),
+        ["GET", "GET", "POST", "POST", "GET"]
+    );
+    assert_eq!(conn("/get-1"), conn("/get-2"), "{hits:?}");
+    assert_eq!(conn("/get-1"), conn("/get-3"), "{hits:?}");
+    let posts = [conn("/post-1"), conn("/post-2")];
+    assert!(
+        posts[0] != posts[1] && !posts.contains(&conn("/get-1")),
+        "a POST went out on a used connection: {hits:?}"
+    );
+}
+
 #[test]
 fn denied_destinations_are_refused_before_any_connection() {
     let origin = Echo::start("origin", "127.0.0.1");

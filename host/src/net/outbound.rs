@@ -93,7 +93,10 @@ impl std::error::Error for DeniedError {}
 /// The pooled HTTP client shared by all stores.
 #[derive(Clone)]
 pub struct HttpClient {
+    /// Keeps idle connections: for requests that may be sent again.
     client: Client<Connector, WasiBody>,
+    /// Never reuses a connection: for requests that must not be lost (`POST`).
+    fresh: Client<Connector, WasiBody>,
     policy: Arc<NetPolicy>,
 }
 
@@ -117,8 +120,21 @@ impl HttpClient {
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(30))
             .pool_max_idle_per_host(64)
+            .build(https.clone());
+        // A server may close an idle connection at any moment (its keep-alive
+        // timeout; opensandbox-server's proxy after an upstream error). A
+        // request sent on it just then fails with a reset, and whether the
+        // server acted on it is unknown, so the guest cannot retry it. Requests
+        // that are not idempotent therefore always get a new connection: a
+        // loopback connect costs far less than a lost `sandbox.create`.
+        let fresh = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(0)
             .build(https);
-        HttpClient { client, policy }
+        HttpClient {
+            client,
+            fresh,
+            policy,
+        }
     }
 }
 
@@ -193,7 +209,11 @@ impl WasiHttpHooks for Outbound {
         }
         let first_byte = clamp(options.and_then(|o| o.first_byte_timeout));
         let between_bytes = clamp(options.and_then(|o| o.between_bytes_timeout));
-        let client = self.client.client.clone();
+        let client = if request.method().is_idempotent() {
+            self.client.client.clone()
+        } else {
+            self.client.fresh.clone()
+        };
         Box::new(async move {
             let response = match tokio::time::timeout(first_byte, client.request(request)).await {
                 Ok(Ok(response)) => response,
@@ -220,6 +240,29 @@ impl WasiHttpHooks for Outbound {
             ))
         })
     }
+}
+
+fn has_hyper_error(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(err);
+    while let Some(e) = source {
+        if e.is::<hyper::Error>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
+/// An error and its sources, joined with ": ".
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
 }
 
 fn clamp(timeout: Option<Duration>) -> Duration {
@@ -250,13 +293,18 @@ fn map_client_error(dest: &Destination, err: hyper_util::client::legacy::Error) 
                 _ => HttpError::DestinationUnavailable,
             };
         }
-        if let Some(h) = e.downcast_ref::<hyper::Error>() {
-            if h.is_incomplete_message() || h.is_canceled() {
-                return HttpError::ConnectionTerminated;
-            }
-            return HttpError::HttpProtocolError;
+        if let Some(h) = e.downcast_ref::<hyper::Error>()
+            && (h.is_incomplete_message() || h.is_canceled())
+        {
+            return HttpError::ConnectionTerminated;
         }
+        // Other hyper errors may wrap an I/O error (a reset): keep looking.
         source = e.source();
+    }
+    if has_hyper_error(&err) {
+        // The guest sees only the code; the operator gets hyper's reason.
+        eprintln!("epp-host: HTTP to {dest} failed: {}", chain(&err));
+        return HttpError::HttpProtocolError;
     }
     if err.is_connect() {
         if err.to_string().contains("dns") {

@@ -230,7 +230,10 @@ pub fn rt() -> &'static tokio::runtime::Runtime {
 /// One request an echo server received, as the test (not the guest) sees it.
 #[derive(Debug, Clone)]
 pub struct Hit {
+    pub method: String,
     pub path: String,
+    /// Which connection it came on: 0 for the server's first, and so on.
+    pub conn: usize,
     /// The raw API key header, if any.
     pub api_key: Option<String>,
     pub websocket: bool,
@@ -271,7 +274,7 @@ impl Echo {
             let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
             let hits = hits.clone();
             rt().spawn(async move {
-                loop {
+                for conn in 0.. {
                     let Ok((stream, _)) = listener.accept().await else {
                         continue;
                     };
@@ -279,7 +282,9 @@ impl Echo {
                     tokio::spawn(async move {
                         let service = hyper::service::service_fn(move |req| {
                             let hits = hits.clone();
-                            async move { Ok::<_, std::convert::Infallible>(echo(name, req, &hits)) }
+                            async move {
+                                Ok::<_, std::convert::Infallible>(echo(name, conn, req, &hits))
+                            }
                         });
                         let _ = hyper::server::conn::http1::Builder::new()
                             .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
@@ -324,6 +329,7 @@ fn key_verdict(key: Option<&str>) -> &'static str {
 
 fn echo(
     name: &'static str,
+    conn: usize,
     req: hyper::Request<hyper::body::Incoming>,
     hits: &Mutex<Vec<Hit>>,
 ) -> hyper::Response<http_body_util::Full<bytes::Bytes>> {
@@ -343,7 +349,9 @@ fn echo(
         .get(UPGRADE)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
     hits.lock().expect("hits").push(Hit {
+        method: req.method().to_string(),
         path: path.clone(),
+        conn,
         api_key,
         websocket,
     });

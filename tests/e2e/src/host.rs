@@ -421,6 +421,10 @@ impl Drop for Host {
             let _ = t.join();
         }
         let log = self.stderr();
+        // A failed test shows what the host logged (redacted like any output).
+        if std::thread::panicking() && !log.is_empty() {
+            eprintln!("[epp-host stderr]\n{}", crate::secrets::redacted(&log));
+        }
         let (lines, bytes, mut leaks) = {
             let state = self.shared.0.lock().unwrap();
             (state.lines, state.bytes, state.leaks.clone())

@@ -2,7 +2,7 @@
 //! once through a few hosts, every answer checked, nothing left running, host
 //! memory flat. Short in `just test`; `just soak` runs the long versions:
 //!
-//! - `EPP_LOAD_SANDBOXES` (default 200) sandboxes, `EPP_LOAD_OPS` (default 200)
+//! - `EPP_LOAD_SANDBOXES` (default 250: more than one page of `sandbox.list`) sandboxes, `EPP_LOAD_OPS` (default 200)
 //!   operations in flight at once, `EPP_LOAD_ROUNDS` (default 1) times;
 //! - `EPP_SOAK_SECS` (default 20) of create/run/stream/files/terminal/kill
 //!   cycles with host RSS sampled every `EPP_SOAK_SAMPLE_SECS` (default 1).
@@ -96,7 +96,7 @@ fn operation(i: usize, sandbox: &str) -> (&'static str, Value, Check) {
 
 #[test]
 fn hundreds_of_concurrent_operations() {
-    let sandboxes = env_u64("EPP_LOAD_SANDBOXES", 200) as usize;
+    let sandboxes = env_u64("EPP_LOAD_SANDBOXES", 250) as usize;
     let ops = env_u64("EPP_LOAD_OPS", 200) as usize;
     let rounds = env_u64("EPP_LOAD_ROUNDS", 1) as usize;
     let modes = [Mode::Direct, Mode::Proxy, Mode::Direct, Mode::Proxy];
@@ -162,6 +162,20 @@ fn hundreds_of_concurrent_operations() {
         .collect();
     let rss: Vec<u64> = hosts.iter().filter_map(|h| rss_kib(h.pid())).collect();
     let fds: Vec<usize> = hosts.iter().filter_map(|h| open_fds(h.pid())).collect();
+
+    // The provider asks for 200 a page: with more, `sandbox.list` must walk the
+    // pages and find each sandbox exactly once.
+    let listed = hosts[1].ok("sandbox.list", json!({"metadata": {"e2e": tag}}));
+    let mut found: Vec<&str> = listed["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["sandbox_id"].as_str().unwrap())
+        .collect();
+    found.sort_unstable();
+    let mut want: Vec<&str> = created.iter().map(|(_, id)| id.as_str()).collect();
+    want.sort_unstable();
+    assert_eq!(found, want, "sandbox.list over {sandboxes} sandboxes");
 
     // Kill everything at once; then no process of any of them may be left.
     let killed = Instant::now();
@@ -292,10 +306,15 @@ fn soak() {
                 })
             })
             .collect();
-        for w in workers {
-            w.join().expect("a soak worker failed");
-        }
+        // Stop the sampler before reporting a failed worker: a scope waits for
+        // every thread, so panicking first would wait for the sampler forever.
+        let results: Vec<_> = workers.into_iter().map(|w| w.join()).collect();
         done.store(true, Ordering::SeqCst);
+        for r in results {
+            if let Err(panic) = r {
+                std::panic::resume_unwind(panic);
+            }
+        }
     });
     let elapsed = began.elapsed();
     let ids = ids.into_inner().unwrap();

@@ -48,7 +48,9 @@ use bindings::exports::abx::epp::infra::{
 use std::cell::Cell;
 use std::io::Read;
 use wasip2::http::outgoing_handler;
-use wasip2::http::types::{ErrorCode as HttpError, Fields, HeaderError, OutgoingRequest, Scheme};
+use wasip2::http::types::{
+    ErrorCode as HttpError, Fields, HeaderError, Method, OutgoingRequest, Scheme,
+};
 
 const CAPABILITIES: [&str; 18] = [
     "sandbox.lifecycle",
@@ -134,8 +136,9 @@ fn instruction(id: &str) -> R<SandboxInfo> {
                 .collect();
             Err(error(ErrorCode::Upstream, dump))
         }
-        "fetch" => Ok(answer(id, fetch(arg, false))),
-        "fetch-with-key" => Ok(answer(id, fetch(arg, true))),
+        "fetch" => Ok(answer(id, fetch(arg, false, Method::Get))),
+        "fetch-with-key" => Ok(answer(id, fetch(arg, true, Method::Get))),
+        "post" => Ok(answer(id, fetch(arg, false, Method::Post))),
         "ws" => Ok(answer(id, ws(arg))),
         "memo" => Ok(answer(id, memo_round_trip())),
         "memo-get" => Ok(answer(
@@ -233,8 +236,9 @@ fn header_error_name(e: HeaderError) -> &'static str {
     }
 }
 
-/// One GET; never follows redirects (a test follows them by asking again).
-fn fetch(url: &str, forge_key: bool) -> Kv {
+/// One request without a body; never follows redirects (a test follows them
+/// by asking again).
+fn fetch(url: &str, forge_key: bool, method: Method) -> Kv {
     let mut out = Vec::new();
     let Some((scheme, rest)) = url.split_once("://") else {
         return vec![kv("error", "not-a-url")];
@@ -258,6 +262,10 @@ fn fetch(url: &str, forge_key: bool) -> Kv {
         ));
     }
     let request = OutgoingRequest::new(headers);
+    if request.set_method(&method).is_err() {
+        out.push(kv("error", "invalid-method"));
+        return out;
+    }
     let scheme = if scheme == "https" {
         Scheme::Https
     } else {
