@@ -209,7 +209,8 @@ impl WasiHttpHooks for Outbound {
         }
         let first_byte = clamp(options.and_then(|o| o.first_byte_timeout));
         let between_bytes = clamp(options.and_then(|o| o.between_bytes_timeout));
-        let client = if request.method().is_idempotent() {
+        let reusable = request.method().is_idempotent();
+        let client = if reusable {
             self.client.client.clone()
         } else {
             self.client.fresh.clone()
@@ -229,7 +230,7 @@ impl WasiHttpHooks for Outbound {
             let response = response.map(|body| {
                 let body = IdleTimeoutBody::new(body, between_bytes);
                 if streamed {
-                    ReadAhead::new(body).boxed_unsync()
+                    ReadAhead::new(body, reusable).boxed_unsync()
                 } else {
                     body.boxed_unsync()
                 }

@@ -14,7 +14,8 @@
 //! for a moment (`DRAIN_TIME`, `DRAIN_BYTES`) and throws it away: a response
 //! that ends right after its last event then leaves its connection to be
 //! reused, where dropping hyper's body would close it. Anything longer is cut
-//! off as before.
+//! off as before. A body whose connection will not be reused anyway (the
+//! answer to a `POST`, see `outbound`) is not drained.
 
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame};
@@ -57,8 +58,10 @@ fn cost<E>(item: &Item<E>) -> usize {
 }
 
 impl<E: Send + 'static> ReadAhead<E> {
-    /// Starts pumping `body` (must be called inside the tokio runtime).
-    pub fn new<B>(mut body: B) -> Self
+    /// Starts pumping `body` (must be called inside the tokio runtime);
+    /// `reusable`: whether its connection goes back to a pool, so that reading
+    /// the rest after the reader left is worth it.
+    pub fn new<B>(mut body: B, reusable: bool) -> Self
     where
         B: Body<Data = Bytes, Error = E> + Send + Unpin + 'static,
     {
@@ -85,7 +88,7 @@ impl<E: Send + 'static> ReadAhead<E> {
                 ended = forward => ended,
                 _ = reader_gone => false,
             };
-            if !ended {
+            if !ended && reusable {
                 drain(&mut body).await;
             }
         });
@@ -186,7 +189,7 @@ mod tests {
 
     fn body(items: Vec<Result<Frame<Bytes>, String>>) -> ReadAhead<String> {
         let stream = futures::stream::iter(items);
-        ReadAhead::new(StreamBody::new(stream))
+        ReadAhead::new(StreamBody::new(stream), true)
     }
 
     async fn all(mut b: ReadAhead<String>) -> Vec<Result<Frame<Bytes>, String>> {
@@ -238,12 +241,26 @@ mod tests {
         let stream = futures::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|item| (item, rx))
         });
-        let reader = ReadAhead::new(StreamBody::new(Box::pin(stream)));
+        let reader = ReadAhead::new(StreamBody::new(Box::pin(stream)), true);
         tx.send(Ok(Frame::data(Bytes::from_static(b"x")))).unwrap();
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         drop(reader);
         tokio::time::sleep(DRAIN_TIME + std::time::Duration::from_millis(100)).await;
         assert!(tx.is_closed(), "the pump still holds the body");
+    }
+
+    #[tokio::test]
+    async fn a_body_not_to_be_reused_is_let_go_at_once() {
+        let (tx, rx) = mpsc::unbounded_channel::<Result<Frame<Bytes>, String>>();
+        let stream = futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        });
+        let reader = ReadAhead::new(StreamBody::new(Box::pin(stream)), false);
+        tx.send(Ok(Frame::data(Bytes::from_static(b"x")))).unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        drop(reader);
+        tokio::time::sleep(DRAIN_TIME / 5).await;
+        assert!(tx.is_closed(), "the pump drains a body that is not reused");
     }
 
     #[tokio::test]
