@@ -29,7 +29,7 @@ use tokio::sync::mpsc::{self, UnboundedSender};
 use crate::State;
 use crate::paths;
 use crate::sys;
-use crate::web::{self as h, INVALID_REQUEST, MISSING_QUERY, Query, RUNTIME_ERROR, Resp};
+use crate::web::{self as h, INVALID_REQUEST, Query, RUNTIME_ERROR, Resp};
 
 /// Bookkeeping for one command (`commandKernel` in execd), kept for the process lifetime.
 #[derive(Clone)]
@@ -464,7 +464,7 @@ fn bad_request(msg: String) -> Resp {
 }
 
 fn runtime_error(msg: String) -> Resp {
-    h::error(StatusCode::INTERNAL_SERVER_ERROR, RUNTIME_ERROR, msg)
+    h::runtime_error(msg)
 }
 
 fn timeout_of(r: &RunCommandRequest) -> Option<Duration> {
@@ -813,14 +813,10 @@ fn run_background(st: Arc<State>, r: RunCommandRequest, env: HashMap<String, Str
 
 /// DELETE /command?id= — SIGTERM to the group, up to 3 s grace, then SIGKILL.
 pub async fn interrupt(st: Arc<State>, q: &Query) -> Resp {
-    let id = q.get("id");
-    if id.is_empty() {
-        return h::error(
-            StatusCode::BAD_REQUEST,
-            MISSING_QUERY,
-            "missing query parameter 'id'",
-        );
-    }
+    let id = match q.required("id") {
+        Ok(v) => v,
+        Err(resp) => return resp,
+    };
     let err = match st.commands.get(id) {
         None => "no such session".to_string(),
         Some(k) if !k.running || k.pid <= 0 => format!("command session {id} is not running"),

@@ -14,9 +14,7 @@ use tokio::sync::mpsc;
 
 use crate::paths;
 use crate::sys::{self, path_err};
-use crate::web::{
-    self as h, FILE_NOT_FOUND, INVALID_REQUEST, MISSING_QUERY, Query, RUNTIME_ERROR, Resp,
-};
+use crate::web::{self as h, FILE_NOT_FOUND, INVALID_REQUEST, Query, Resp};
 
 /// execd's `model.FileInfo` (Permission fields inlined).
 #[derive(Serialize)]
@@ -90,11 +88,7 @@ fn file_error(e: FsError) -> Resp {
             format!("file not found. {}", e.msg),
         )
     } else {
-        h::error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            RUNTIME_ERROR,
-            format!("error accessing file: {}", e.msg),
-        )
+        h::runtime_error(format!("error accessing file: {}", e.msg))
     }
 }
 
@@ -161,11 +155,7 @@ pub fn remove_files(q: &Query) -> Resp {
                 .map_err(|e| format!("failed to remove file: {}", path_err("remove", &abs, &e)))
         })();
         if let Err(e) = res {
-            return h::error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                RUNTIME_ERROR,
-                format!("error removing file {p}. {e}"),
-            );
+            return h::runtime_error(format!("error removing file {p}. {e}"));
         }
     }
     h::ok()
@@ -246,11 +236,7 @@ pub async fn chmod_files(req: Request<Incoming>) -> Resp {
             .map_err(FsError::other)
             .and_then(|abs| chmod_file(&abs, perm));
         if let Err(e) = res {
-            return h::error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                RUNTIME_ERROR,
-                format!("error changing permissions for {file}. {}", e.msg),
-            );
+            return h::runtime_error(format!("error changing permissions for {file}. {}", e.msg));
         }
     }
     h::ok()
@@ -370,11 +356,7 @@ pub fn remove_dirs(q: &Query) -> Resp {
         let resolved = match paths::expand(dir) {
             Ok(p) => p,
             Err(e) => {
-                return h::error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    RUNTIME_ERROR,
-                    format!("error resolving directory {dir}. {e}"),
-                );
+                return h::runtime_error(format!("error resolving directory {dir}. {e}"));
             }
         };
         let res = match fs::symlink_metadata(&resolved) {
@@ -386,14 +368,10 @@ pub fn remove_dirs(q: &Query) -> Resp {
         if let Err(e) = res
             && e.kind() != io::ErrorKind::NotFound
         {
-            return h::error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                RUNTIME_ERROR,
-                format!(
-                    "error removing directory {dir}. {}",
-                    path_err("unlinkat", &resolved, &e)
-                ),
-            );
+            return h::runtime_error(format!(
+                "error removing directory {dir}. {}",
+                path_err("unlinkat", &resolved, &e)
+            ));
         }
     }
     h::ok()
@@ -414,14 +392,10 @@ fn join(dir: &str, name: &str) -> String {
 
 /// GET /directories/list?path=&depth= — children after their parent, symlinks not followed.
 pub fn list_directory(q: &Query) -> Resp {
-    let path = q.get("path");
-    if path.is_empty() {
-        return h::error(
-            StatusCode::BAD_REQUEST,
-            MISSING_QUERY,
-            "missing query parameter 'path'",
-        );
-    }
+    let path = match q.required("path") {
+        Ok(v) => v,
+        Err(resp) => return resp,
+    };
     let mut depth = 1usize;
     let raw = q.get("depth");
     if !raw.is_empty() {
@@ -439,11 +413,7 @@ pub fn list_directory(q: &Query) -> Resp {
     let abs = match paths::expand_abs(path) {
         Ok(a) => a,
         Err(e) => {
-            return h::error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                RUNTIME_ERROR,
-                format!("error converting path {path} to absolute. {e}"),
-            );
+            return h::runtime_error(format!("error converting path {path} to absolute. {e}"));
         }
     };
     let md = match fs::symlink_metadata(&abs) {
@@ -480,11 +450,7 @@ pub fn list_directory(q: &Query) -> Resp {
     if depth > 0
         && let Err(e) = walk(&abs, 0, depth, &mut out)
     {
-        return h::error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            RUNTIME_ERROR,
-            format!("error listing directory {abs}. {e}"),
-        );
+        return h::runtime_error(format!("error listing directory {abs}. {e}"));
     }
     h::json(StatusCode::OK, &out)
 }
@@ -492,22 +458,14 @@ pub fn list_directory(q: &Query) -> Resp {
 /// GET /files/search?path=&pattern= — files only, recursive (Go's `filepath.Walk`, which
 /// does not follow symlinks), pattern matched against the base name.
 pub fn search(q: &Query) -> Resp {
-    let path = q.get("path");
-    if path.is_empty() {
-        return h::error(
-            StatusCode::BAD_REQUEST,
-            MISSING_QUERY,
-            "missing query parameter 'path'",
-        );
-    }
+    let path = match q.required("path") {
+        Ok(v) => v,
+        Err(resp) => return resp,
+    };
     let abs = match paths::expand_abs(path) {
         Ok(a) => a,
         Err(e) => {
-            return h::error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                RUNTIME_ERROR,
-                format!("error converting path {path} to absolute. {e}"),
-            );
+            return h::runtime_error(format!("error converting path {path} to absolute. {e}"));
         }
     };
     if let Err(e) = fs::metadata(&abs) {
@@ -555,11 +513,7 @@ pub fn search(q: &Query) -> Resp {
     };
     match res {
         Ok(()) => h::json(StatusCode::OK, &out),
-        Err(e) => h::error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            RUNTIME_ERROR,
-            format!("error searching files. {e}"),
-        ),
+        Err(e) => h::runtime_error(format!("error searching files. {e}")),
     }
 }
 
@@ -749,22 +703,14 @@ fn parse_range(s: &str, size: u64) -> Result<RangeSpec, ()> {
 /// GET /files/download?path=[&offset=&limit=] with optional `Range`.
 pub fn download(req: &Request<Incoming>) -> Resp {
     let q = Query::parse(req.uri().query());
-    let path = q.get("path");
-    if path.is_empty() {
-        return h::error(
-            StatusCode::BAD_REQUEST,
-            MISSING_QUERY,
-            "missing query parameter 'path'",
-        );
-    }
+    let path = match q.required("path") {
+        Ok(v) => v,
+        Err(resp) => return resp,
+    };
     let resolved = match paths::expand(path) {
         Ok(p) => p,
         Err(e) => {
-            return h::error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                RUNTIME_ERROR,
-                format!("error resolving file path: {path}. {e}"),
-            );
+            return h::runtime_error(format!("error resolving file path: {path}. {e}"));
         }
     };
     let (raw_offset, raw_limit) = (q.get("offset"), q.get("limit"));
@@ -795,14 +741,10 @@ pub fn download(req: &Request<Incoming>) -> Resp {
             return file_error(FsError::io(path_err("read", &resolved, &e), &e));
         }
         Err(e) => {
-            return h::error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                RUNTIME_ERROR,
-                format!(
-                    "error getting file stat info: {resolved}. {}",
-                    sys::errno_text(&e)
-                ),
-            );
+            return h::runtime_error(format!(
+                "error getting file stat info: {resolved}. {}",
+                sys::errno_text(&e)
+            ));
         }
     };
     let size = md.len();

@@ -93,6 +93,11 @@ pub struct ErrorBody<'a> {
 }
 
 /// execd's `RespondError`: `{"code","message"}`, both omitted when empty.
+/// execd's 500 `RUNTIME_ERROR` answer.
+pub fn runtime_error(message: impl AsRef<str>) -> Resp {
+    error(StatusCode::INTERNAL_SERVER_ERROR, RUNTIME_ERROR, message)
+}
+
 pub fn error(status: StatusCode, code: &str, message: impl AsRef<str>) -> Resp {
     json(
         status,
@@ -146,6 +151,21 @@ pub fn decode_json<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Res
 pub struct Query(Vec<(String, String)>);
 
 impl Query {
+    /// A parameter that must be present and non-empty; else execd's 400
+    /// `MISSING_QUERY` answer (returned at once by the handler, so its size
+    /// does not matter).
+    #[allow(clippy::result_large_err)]
+    pub fn required(&self, name: &str) -> Result<&str, Resp> {
+        match self.get(name) {
+            "" => Err(error(
+                StatusCode::BAD_REQUEST,
+                MISSING_QUERY,
+                format!("missing query parameter '{name}'"),
+            )),
+            value => Ok(value),
+        }
+    }
+
     pub fn parse(raw: Option<&str>) -> Query {
         let pairs = raw
             .unwrap_or("")
