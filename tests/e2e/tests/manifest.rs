@@ -14,6 +14,24 @@ struct Release {
 }
 
 impl Release {
+    /// A new key pair `<name>.sec` / `<name>.pub` in the release's folder.
+    fn keygen(&self, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+        let dir = self.dir.path();
+        let (sec, public) = (
+            dir.join(format!("{name}.sec")),
+            dir.join(format!("{name}.pub")),
+        );
+        let out = self.epp_host(&[
+            "keygen",
+            "-k",
+            sec.to_str().unwrap(),
+            "-K",
+            public.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        (sec, public)
+    }
+
     /// The signed component copied into a folder of its own, with its manifest.
     fn new() -> Release {
         let host = artifact("EPP_HOST_BIN", target_dir().join("debug/epp-host"));
@@ -124,16 +142,7 @@ fn inspect_flags_a_manifest_that_does_not_match() {
     assert!(problems.contains("capabilities"), "{problems}");
 
     // Another component (here: one more signature) no longer matches its sha256.
-    let dir = release.dir.path();
-    let (sec, pub_) = (dir.join("next.sec"), dir.join("next.pub"));
-    let out = release.epp_host(&[
-        "keygen",
-        "-k",
-        sec.to_str().unwrap(),
-        "-K",
-        pub_.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let (sec, pub_) = release.keygen("next");
     let wasm = release.wasm();
     let w = wasm.to_str().unwrap();
     let out = release.epp_host(&[
@@ -155,16 +164,7 @@ fn inspect_flags_a_manifest_that_does_not_match() {
 #[test]
 fn manifest_refuses_a_key_that_did_not_sign() {
     let release = Release::new();
-    let dir = release.dir.path();
-    let (sec, pub_) = (dir.join("other.sec"), dir.join("other.pub"));
-    let out = release.epp_host(&[
-        "keygen",
-        "-k",
-        sec.to_str().unwrap(),
-        "-K",
-        pub_.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let (_, pub_) = release.keygen("other");
     let out = release.epp_host(&[
         "manifest",
         release.wasm().to_str().unwrap(),
