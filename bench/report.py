@@ -204,30 +204,23 @@ def render(data: dict, chart_name: str) -> str:
       "is shown, with the lowest and highest round in brackets.\n")
 
     w("## All workloads\n")
-    rows = [
-        ["2. `commands.run \"true\"` p50 (ms)", ms(e["run_p50"]), ms(p["run_p50"]), ms(r["run_p50"]),
-         pr(st, "run_p50", "epp", "sdk"), pr(st, "run_p50", "epp", "raw")],
-        ["2. `commands.run \"true\"` p99 (ms)", ms(e["run_p99"]), ms(p["run_p99"]), ms(r["run_p99"]),
-         pr(st, "run_p99", "epp", "sdk"), pr(st, "run_p99", "epp", "raw")],
-        ["2′. same, execd's default 1 s grace, p50 (ms)", ms(e["grace_p50"]), ms(p["grace_p50"]),
-         ms(r["grace_p50"]), pr(st, "grace_p50", "epp", "sdk"), pr(st, "grace_p50", "epp", "raw")],
-        ["3. stream 64 MiB of stdout (MiB/s)", fmt(e["stream"]), fmt(p["stream"]), fmt(r["stream"]),
-         pr(st, "stream", "epp", "sdk"), pr(st, "stream", "epp", "raw")],
-        ["4. write 32 MiB (MiB/s)", fmt(e["write"]), fmt(p["write"]), fmt(r["write"]),
-         pr(st, "write", "epp", "sdk"), pr(st, "write", "epp", "raw")],
-        ["4. read 32 MiB (MiB/s)", fmt(e["read"]), fmt(p["read"]), fmt(r["read"]),
-         pr(st, "read", "epp", "sdk"), pr(st, "read", "epp", "raw")],
-        ["5. 64 concurrent runs on 8 sandboxes, wall (ms)", ms(e["conc_wall"]), ms(p["conc_wall"]),
-         ms(r["conc_wall"]), pr(st, "conc_wall", "epp", "sdk"), pr(st, "conc_wall", "epp", "raw")],
-        ["5. same, per-call p99 (ms)", ms(e["conc_p99"]), ms(p["conc_p99"]), ms(r["conc_p99"]),
-         pr(st, "conc_p99", "epp", "sdk"), pr(st, "conc_p99", "epp", "raw")],
-        ["6. create → ready → kill (ms)", ms(e["cycle"]), ms(p["cycle"]), ms(r["cycle"]),
-         pr(st, "cycle", "epp", "sdk"), pr(st, "cycle", "epp", "raw")],
-        ["7. idle RSS (MiB)", fmt(e["idle_rss"] / 1024), fmt(p["idle_rss"] / 1024), fmt(r["idle_rss"] / 1024),
-         pr(st, "idle_rss", "epp", "sdk"), pr(st, "idle_rss", "epp", "raw")],
-        ["7. peak RSS during workload 5 (MiB)", fmt(e["conc_hwm"] / 1024), fmt(p["conc_hwm"] / 1024),
-         fmt(r["conc_hwm"] / 1024), pr(st, "conc_hwm", "epp", "sdk"), pr(st, "conc_hwm", "epp", "raw")],
+    # (label, metric, how a contender's value is shown)
+    workloads = [
+        ("2. `commands.run \"true\"` p50 (ms)", "run_p50", ms),
+        ("2. `commands.run \"true\"` p99 (ms)", "run_p99", ms),
+        ("2′. same, execd's default 1 s grace, p50 (ms)", "grace_p50", ms),
+        ("3. stream 64 MiB of stdout (MiB/s)", "stream", fmt),
+        ("4. write 32 MiB (MiB/s)", "write", fmt),
+        ("4. read 32 MiB (MiB/s)", "read", fmt),
+        ("5. 64 concurrent runs on 8 sandboxes, wall (ms)", "conc_wall", ms),
+        ("5. same, per-call p99 (ms)", "conc_p99", ms),
+        ("6. create → ready → kill (ms)", "cycle", ms),
+        ("7. idle RSS (MiB)", "idle_rss", lambda kib: fmt(kib / 1024)),
+        ("7. peak RSS during workload 5 (MiB)", "conc_hwm", lambda kib: fmt(kib / 1024)),
     ]
+    rows = [[label] + [show(c[metric]) for c in (e, p, r)]
+            + [pr(st, metric, "epp", "sdk"), pr(st, metric, "epp", "raw")]
+            for label, metric, show in workloads]
     w(table(["workload", "epp-host", "Python SDK", "raw floor", "epp / SDK", "epp / raw"], rows))
     w("")
 

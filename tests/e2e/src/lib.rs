@@ -92,6 +92,26 @@ pub fn workdir(host: &Host, sandbox_id: &str) -> String {
     sh(host, sandbox_id, "pwd").trim().to_string()
 }
 
+/// The pid of the sandbox's own execd (the stand-in started in its working
+/// directory), as `process.list` shows it inside the sandbox.
+pub fn execd_pid(host: &Host, sandbox_id: &str) -> i64 {
+    let dir = workdir(host, sandbox_id);
+    let list = host.ok(
+        "process.list",
+        serde_json::json!({"sandbox_id": sandbox_id}),
+    );
+    list["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| {
+            let c = p["cmdline"].as_str().unwrap();
+            c.contains("execd-standin") && c.contains(&dir)
+        })
+        .and_then(|p| p["pid"].as_i64())
+        .unwrap_or_else(|| panic!("no execd for {dir} in {list}"))
+}
+
 /// Decodes standard base64.
 pub fn b64d(s: &str) -> Vec<u8> {
     use base64::Engine as _;

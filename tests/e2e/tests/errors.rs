@@ -215,19 +215,7 @@ fn endpoint_on_another_host_is_e6001_until_allowed() {
 fn dead_execd(mode: Mode) {
     let host = Host::start(mode);
     let id = host.create_sandbox();
-    let list = host.ok("process.list", json!({"sandbox_id": id}));
-    let dir = epp_e2e::workdir(&host, &id);
-    let execd = list["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| {
-            let c = p["cmdline"].as_str().unwrap();
-            c.contains("execd-standin") && c.contains(&dir)
-        })
-        .unwrap_or_else(|| panic!("no execd for {dir} in {list}"))
-        .clone();
-    let pid = execd["pid"].as_u64().unwrap();
+    let pid = epp_e2e::execd_pid(&host, &id);
     let _ = host.call(
         "process.signal",
         json!({"sandbox_id": id, "pid": pid, "signal": "KILL"}),

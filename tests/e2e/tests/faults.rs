@@ -555,18 +555,7 @@ both_modes!(
 fn execd_killed(mode: Mode) {
     let host = Host::start(mode);
     let id = host.create_sandbox();
-    let dir = workdir(&host, &id);
-    let list = host.ok("process.list", json!({"sandbox_id": id}));
-    let pid = list["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| {
-            let c = p["cmdline"].as_str().unwrap();
-            c.contains("execd-standin") && c.contains(&dir)
-        })
-        .and_then(|p| p["pid"].as_i64())
-        .unwrap_or_else(|| panic!("no execd for {dir} in {list}"));
+    let pid = epp_e2e::execd_pid(&host, &id);
     let req = host.send(
         "commands.run",
         json!({"sandbox_id": id, "cmd": "for i in $(seq 200); do echo $i; sleep 0.1; done", "stream": true}),
