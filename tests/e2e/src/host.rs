@@ -1,12 +1,12 @@
-//! An `epp-host run` process driven over stdio.
+//! An `epp-host run` process driven over stdio through `epp-client`.
 
 use crate::{artifact, target_dir, testbed};
+use epp_client::{Client, Options};
+pub use epp_client::{Reply, RpcError};
 use serde_json::{Value, json};
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::io::{BufReader, Read};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How the provider reaches sandboxes.
@@ -17,32 +17,6 @@ pub enum Mode {
     /// Through the server's `/sandboxes/{id}/proxy/{port}` route.
     Proxy,
 }
-
-/// A JSON-RPC error answer.
-#[derive(Debug, Clone)]
-pub struct RpcError {
-    pub code: i64,
-    pub message: String,
-    /// `data.epp_code`.
-    pub epp: String,
-    pub data: Value,
-}
-
-pub type Reply = Result<Value, Box<RpcError>>;
-
-#[derive(Default)]
-struct State {
-    replies: HashMap<String, (Value, Instant)>,
-    notes: Vec<(Instant, Value)>,
-    closed: bool,
-    /// Lines and bytes read from stdout (for the secrets sweep's figures).
-    lines: u64,
-    bytes: u64,
-    /// Stdout lines that contained a secret (redacted).
-    leaks: Vec<String>,
-}
-
-type Shared = Arc<(Mutex<State>, Condvar)>;
 
 /// Builds an `epp-host run` command line and environment.
 pub struct HostBuilder {
@@ -132,9 +106,20 @@ impl HostBuilder {
         let stdin = child.stdin.take().unwrap();
         let stdout = child.stdout.take().unwrap();
         let stderr = child.stderr.take().unwrap();
-        let shared: Shared = Arc::new((Mutex::new(State::default()), Condvar::new()));
-        let reader = shared.clone();
-        std::thread::spawn(move || read_stdout(stdout, reader));
+        let leaks = Arc::new(Mutex::new(Vec::new()));
+        let found = leaks.clone();
+        let client = Client::new(
+            stdin,
+            stdout,
+            Options {
+                transcript: false,
+                on_line: Some(Box::new(move |line: &str| {
+                    if crate::secrets::leak(line).is_some() && leaks_beyond_testbed(line) {
+                        found.lock().unwrap().push(crate::secrets::redacted(line));
+                    }
+                })),
+            },
+        );
         let log = Arc::new(Mutex::new(String::new()));
         let log_writer = log.clone();
         let stderr_thread = std::thread::spawn(move || {
@@ -145,9 +130,8 @@ impl HostBuilder {
         Host {
             stderr_thread: Some(stderr_thread),
             child,
-            stdin: Mutex::new(Some(stdin)),
-            shared,
-            next_id: AtomicU64::new(1),
+            client,
+            leaks,
             stderr: log,
             created: Mutex::new(Vec::new()),
         }
@@ -185,48 +169,13 @@ fn leaks_beyond_testbed(line: &str) -> bool {
     crate::secrets::leak(&value.to_string()).is_some()
 }
 
-fn read_stdout(stdout: impl Read, shared: Shared) {
-    let (lock, cvar) = &*shared;
-    for line in BufReader::new(stdout).lines() {
-        let Ok(line) = line else { break };
-        {
-            let mut state = lock.lock().unwrap();
-            state.lines += 1;
-            state.bytes += line.len() as u64 + 1;
-            if crate::secrets::leak(&line).is_some() && leaks_beyond_testbed(&line) {
-                let text = crate::secrets::redacted(&line);
-                state.leaks.push(text);
-            }
-        }
-        let value: Value = serde_json::from_str(&line)
-            .unwrap_or_else(|e| panic!("epp-host wrote a line that is not JSON ({e}): {line}"));
-        assert_eq!(value["jsonrpc"], "2.0", "not JSON-RPC 2.0: {line}");
-        let mut state = lock.lock().unwrap();
-        if value.get("method").is_some() {
-            state.notes.push((Instant::now(), value));
-        } else {
-            let id = value["id"].to_string();
-            assert!(
-                state
-                    .replies
-                    .insert(id.clone(), (value, Instant::now()))
-                    .is_none(),
-                "two answers for id {id}"
-            );
-        }
-        cvar.notify_all();
-    }
-    lock.lock().unwrap().closed = true;
-    cvar.notify_all();
-}
-
 /// A running `epp-host run`.
 pub struct Host {
     stderr_thread: Option<std::thread::JoinHandle<()>>,
     child: Child,
-    stdin: Mutex<Option<ChildStdin>>,
-    shared: Shared,
-    next_id: AtomicU64,
+    client: Client,
+    /// Stdout lines that contained a secret (redacted).
+    leaks: Arc<Mutex<Vec<String>>>,
     stderr: Arc<Mutex<String>>,
     created: Mutex<Vec<String>>,
 }
@@ -239,24 +188,16 @@ impl Host {
 
     /// Writes raw bytes to the host's stdin.
     pub fn raw(&self, bytes: &[u8]) {
-        let mut stdin = self.stdin.lock().unwrap();
-        let stdin = stdin.as_mut().expect("stdin closed");
-        stdin
-            .write_all(bytes)
-            .and_then(|_| stdin.flush())
-            .expect("writing to epp-host");
+        self.client.send_raw(bytes);
     }
 
     /// Sends a request and returns its id.
     pub fn send(&self, method: &str, params: Value) -> Value {
-        let id = json!(self.next_id.fetch_add(1, Ordering::Relaxed));
-        self.send_with_id(id.clone(), method, params);
-        id
+        self.client.request(method, params)
     }
 
     pub fn send_with_id(&self, id: Value, method: &str, params: Value) {
-        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        self.raw(format!("{line}\n").as_bytes());
+        self.client.request_with_id(id, method, params);
     }
 
     /// Waits for the answer to `id`.
@@ -266,35 +207,12 @@ impl Host {
 
     /// Waits for the answer to `id`; also returns when it arrived.
     pub fn wait_at(&self, id: &Value, timeout: Duration) -> (Reply, Instant) {
-        let key = id.to_string();
-        let (lock, cvar) = &*self.shared;
-        let deadline = Instant::now() + timeout;
-        let mut state = lock.lock().unwrap();
-        loop {
-            if let Some((v, at)) = state.replies.remove(&key) {
-                let reply = match v.get("error") {
-                    Some(e) => Err(Box::new(RpcError {
-                        code: e["code"].as_i64().unwrap_or(0),
-                        message: e["message"].as_str().unwrap_or("").to_string(),
-                        epp: e["data"]["epp_code"].as_str().unwrap_or("").to_string(),
-                        data: e["data"].clone(),
-                    })),
-                    None => Ok(v["result"].clone()),
-                };
-                return (reply, at);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            assert!(
-                !left.is_zero(),
-                "no answer to request {key} within {timeout:?}; host log:\n{}",
+        match self.client.response(id, timeout) {
+            Ok(m) => (m.reply(), m.at),
+            Err(e) => panic!(
+                "no answer to request {id} within {timeout:?} ({e}); host log:\n{}",
                 self.stderr()
-            );
-            assert!(
-                !state.closed,
-                "epp-host closed stdout before answering {key}; host log:\n{}",
-                self.stderr()
-            );
-            state = cvar.wait_timeout(state, left).unwrap().0;
+            ),
         }
     }
 
@@ -330,7 +248,11 @@ impl Host {
 
     /// Notifications received so far, with their arrival times.
     pub fn notes(&self) -> Vec<(Instant, Value)> {
-        self.shared.0.lock().unwrap().notes.clone()
+        self.client
+            .notifications()
+            .into_iter()
+            .map(|m| (m.at, m.raw))
+            .collect()
     }
 
     /// Notifications of `method` tied to request `id`.
@@ -343,24 +265,14 @@ impl Host {
 
     /// Waits for a notification matching `pred`.
     pub fn wait_note(&self, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Option<Value> {
-        let (lock, cvar) = &*self.shared;
-        let deadline = Instant::now() + timeout;
-        let mut state = lock.lock().unwrap();
-        loop {
-            if let Some((_, n)) = state.notes.iter().find(|(_, n)| pred(n)) {
-                return Some(n.clone());
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || state.closed {
-                return None;
-            }
-            state = cvar.wait_timeout(state, left).unwrap().0;
-        }
+        self.client
+            .wait_notification(timeout, |m| pred(&m.raw))
+            .map(|m| m.raw)
     }
 
     /// Closes stdin (end of input) and waits for the process to exit.
     pub fn finish(&mut self, timeout: Duration) -> ExitStatus {
-        self.stdin.lock().unwrap().take();
+        self.client.close_input();
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -403,7 +315,7 @@ impl Drop for Host {
     fn drop(&mut self) {
         // Sandboxes made through this host go with it, however the test ended.
         let created = std::mem::take(&mut *self.created.lock().unwrap());
-        if self.stdin.lock().unwrap().is_some() && self.child.try_wait().ok().flatten().is_none() {
+        if self.client.input_open() && self.child.try_wait().ok().flatten().is_none() {
             let ids: Vec<Value> = created
                 .iter()
                 .map(|id| self.send("sandbox.kill", json!({"sandbox_id": id})))
@@ -425,14 +337,16 @@ impl Drop for Host {
         if std::thread::panicking() && !log.is_empty() {
             eprintln!("[epp-host stderr]\n{}", crate::secrets::redacted(&log));
         }
-        let (lines, bytes, mut leaks) = {
-            let state = self.shared.0.lock().unwrap();
-            (state.lines, state.bytes, state.leaks.clone())
-        };
+        let (lines, bytes) = self.client.counts();
+        let mut leaks = self.leaks.lock().unwrap().clone();
         if crate::secrets::leak(&log).is_some() {
             leaks.push(format!("stderr:\n{}", crate::secrets::redacted(&log)));
         }
         crate::secrets::tally(lines, bytes, log.len() as u64, leaks.len());
+        let violations = self.client.violations();
+        if !violations.is_empty() && !std::thread::panicking() {
+            panic!("epp-host broke the protocol:\n{}", violations.join("\n"));
+        }
         if !leaks.is_empty() && !std::thread::panicking() {
             panic!(
                 "a secret (API key or registry password) appeared in epp-host's output:\n{}",

@@ -1,0 +1,427 @@
+//! `epp-client`: a typed client for EPP/1 over stdio (JSON-RPC 2.0, one JSON
+//! object per line), as an agent framework speaks it to `epp-host run`.
+//!
+//! It serves every driver in this workspace: the host's integration tests, the
+//! end-to-end suite and `epp-host call`. It is blocking and thread-safe: a
+//! reader thread files each line the host writes, and any thread may send
+//! requests or wait for answers and notifications at the same time.
+//!
+//! Messages are kept in arrival order until a caller claims them
+//! ([`Client::wait_for`], [`Client::response`]); notifications are also kept in
+//! a history that [`Client::notifications`] reads without claiming.
+
+use serde_json::{Value, json};
+use std::fmt;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// A JSON-RPC error answer, with the EPP code from `data.epp_code`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RpcError {
+    /// JSON-RPC `code` (`-32000` for EPP errors, `-32602` for bad params, ...).
+    pub code: i64,
+    pub message: String,
+    /// `data.epp_code`, e.g. `E4004`; empty when the host sent none.
+    pub epp: String,
+    /// The whole `data` object (`http_status`, `upstream_code`, ...).
+    pub data: Value,
+}
+
+impl fmt::Display for RpcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({}): {}", self.epp, self.code, self.message)
+    }
+}
+
+impl std::error::Error for RpcError {}
+
+/// What a request came back with.
+pub type Reply = Result<Value, Box<RpcError>>;
+
+/// One line the host wrote, as it arrived.
+#[derive(Debug, Clone)]
+pub struct Message {
+    /// The parsed line; a line that is not JSON is `{"__not_json__": line}`.
+    pub raw: Value,
+    pub at: Instant,
+}
+
+impl Message {
+    /// A response (it has an `id` and no `method`).
+    pub fn is_response(&self) -> bool {
+        self.raw.get("method").is_none() && self.raw.get("id").is_some()
+    }
+
+    /// A notification named `method`.
+    pub fn is_notification(&self, method: &str) -> bool {
+        self.raw["method"] == method
+    }
+
+    /// Whether the line was not JSON at all.
+    pub fn is_garbage(&self) -> bool {
+        self.raw.get("__not_json__").is_some()
+    }
+
+    /// The request a notification belongs to (`params.request_id`).
+    pub fn request_id(&self) -> &Value {
+        &self.raw["params"]["request_id"]
+    }
+
+    /// A response as its result or its error.
+    pub fn reply(&self) -> Reply {
+        match self.raw.get("error") {
+            Some(e) => Err(Box::new(RpcError {
+                code: e["code"].as_i64().unwrap_or(0),
+                message: e["message"].as_str().unwrap_or("").to_string(),
+                epp: e["data"]["epp_code"].as_str().unwrap_or("").to_string(),
+                data: e["data"].clone(),
+            })),
+            None => Ok(self.raw["result"].clone()),
+        }
+    }
+}
+
+/// Why a wait ended without the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitError {
+    /// Nothing matching arrived in time.
+    Timeout,
+    /// The host closed its output first.
+    Closed,
+}
+
+impl fmt::Display for WaitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            WaitError::Timeout => "nothing arrived in time",
+            WaitError::Closed => "epp-host closed its output",
+        })
+    }
+}
+
+impl std::error::Error for WaitError {}
+
+/// Called with each line before it is parsed (e.g. to scan for secrets).
+pub type LineHook = Box<dyn FnMut(&str) + Send>;
+
+/// What to keep besides the messages.
+#[derive(Default)]
+pub struct Options {
+    /// Keep every line in [`Client::transcript`] (tests of exact bytes).
+    pub transcript: bool,
+    pub on_line: Option<LineHook>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Arrived and not yet claimed, in arrival order.
+    queue: Vec<Message>,
+    /// Every notification so far.
+    notes: Vec<Message>,
+    closed: bool,
+    lines: u64,
+    bytes: u64,
+    transcript: String,
+    /// Ids answered so far, to catch a second answer.
+    answered: std::collections::HashSet<String>,
+    violations: Vec<String>,
+}
+
+type Shared = Arc<(Mutex<State>, Condvar)>;
+
+/// A connection to an EPP/1 host.
+pub struct Client {
+    input: Mutex<Option<Box<dyn Write + Send>>>,
+    shared: Shared,
+    next_id: AtomicU64,
+}
+
+impl Client {
+    /// Talks to a host that reads `input` and writes `output`.
+    pub fn new(
+        input: impl Write + Send + 'static,
+        output: impl Read + Send + 'static,
+        options: Options,
+    ) -> Client {
+        let shared: Shared = Arc::new((Mutex::new(State::default()), Condvar::new()));
+        let reader = shared.clone();
+        std::thread::spawn(move || read_lines(output, reader, options));
+        Client {
+            input: Mutex::new(Some(Box::new(input))),
+            shared,
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    /// Writes raw bytes (tests of malformed input).
+    ///
+    /// # Panics
+    /// When input was closed or the host stopped reading.
+    pub fn send_raw(&self, bytes: &[u8]) {
+        let mut input = self.input.lock().expect("input lock");
+        let input = input.as_mut().expect("input already closed");
+        input
+            .write_all(bytes)
+            .and_then(|()| input.flush())
+            .expect("writing to epp-host");
+    }
+
+    /// Writes one message as a line.
+    pub fn send(&self, msg: &Value) {
+        let mut line = msg.to_string().into_bytes();
+        line.push(b'\n');
+        self.send_raw(&line);
+    }
+
+    /// Sends a request with a fresh numeric id; returns the id.
+    pub fn request(&self, method: &str, params: Value) -> Value {
+        let id = json!(self.next_id.fetch_add(1, Ordering::Relaxed));
+        self.request_with_id(id.clone(), method, params);
+        id
+    }
+
+    /// Sends a request with the given id.
+    pub fn request_with_id(&self, id: Value, method: &str, params: Value) {
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+    }
+
+    /// Sends a notification (no answer comes).
+    pub fn notify(&self, method: &str, params: Value) {
+        self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
+    }
+
+    /// Closes the host's input: end of the session.
+    pub fn close_input(&self) {
+        self.input.lock().expect("input lock").take();
+    }
+
+    /// Whether input is still open.
+    pub fn input_open(&self) -> bool {
+        self.input.lock().expect("input lock").is_some()
+    }
+
+    /// Claims the first message, arrived or arriving within `timeout`, that
+    /// satisfies `pred`; the others stay queued.
+    pub fn wait_for(
+        &self,
+        timeout: Duration,
+        pred: impl Fn(&Message) -> bool,
+    ) -> Result<Message, WaitError> {
+        let (lock, cvar) = &*self.shared;
+        let deadline = Instant::now() + timeout;
+        let mut state = lock.lock().expect("state lock");
+        loop {
+            if let Some(i) = state.queue.iter().position(&pred) {
+                return Ok(state.queue.remove(i));
+            }
+            if state.closed {
+                return Err(WaitError::Closed);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(WaitError::Timeout);
+            }
+            state = cvar.wait_timeout(state, left).expect("state lock").0;
+        }
+    }
+
+    /// Claims the response to `id`.
+    pub fn response(&self, id: &Value, timeout: Duration) -> Result<Message, WaitError> {
+        self.wait_for(timeout, |m| m.is_response() && &m.raw["id"] == id)
+    }
+
+    /// A request and its answer.
+    pub fn call(&self, method: &str, params: Value, timeout: Duration) -> Result<Reply, WaitError> {
+        let id = self.request(method, params);
+        self.response(&id, timeout).map(|m| m.reply())
+    }
+
+    /// Every notification received so far (not claimed by this).
+    pub fn notifications(&self) -> Vec<Message> {
+        self.shared.0.lock().expect("state lock").notes.clone()
+    }
+
+    /// The first notification so far or within `timeout` that satisfies `pred`
+    /// (not claimed: it stays queued).
+    pub fn wait_notification(
+        &self,
+        timeout: Duration,
+        pred: impl Fn(&Message) -> bool,
+    ) -> Option<Message> {
+        let (lock, cvar) = &*self.shared;
+        let deadline = Instant::now() + timeout;
+        let mut state = lock.lock().expect("state lock");
+        loop {
+            if let Some(m) = state.notes.iter().find(|m| pred(m)) {
+                return Some(m.clone());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || state.closed {
+                return None;
+            }
+            state = cvar.wait_timeout(state, left).expect("state lock").0;
+        }
+    }
+
+    /// Messages arrived and not claimed, in arrival order.
+    pub fn pending(&self) -> Vec<Message> {
+        self.shared.0.lock().expect("state lock").queue.clone()
+    }
+
+    /// Claims every queued message.
+    pub fn take_pending(&self) -> Vec<Message> {
+        std::mem::take(&mut self.shared.0.lock().expect("state lock").queue)
+    }
+
+    /// Claims everything the host writes until it closes its output.
+    pub fn drain(&self, timeout: Duration) -> Result<Vec<Message>, WaitError> {
+        let (lock, cvar) = &*self.shared;
+        let deadline = Instant::now() + timeout;
+        let mut state = lock.lock().expect("state lock");
+        while !state.closed {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(WaitError::Timeout);
+            }
+            state = cvar.wait_timeout(state, left).expect("state lock").0;
+        }
+        Ok(std::mem::take(&mut state.queue))
+    }
+
+    /// Whether the host closed its output.
+    pub fn closed(&self) -> bool {
+        self.shared.0.lock().expect("state lock").closed
+    }
+
+    /// Lines and bytes read so far.
+    pub fn counts(&self) -> (u64, u64) {
+        let state = self.shared.0.lock().expect("state lock");
+        (state.lines, state.bytes)
+    }
+
+    /// Lines that broke the protocol: not JSON-RPC 2.0, or a second answer to
+    /// one id. Drivers assert this stays empty.
+    pub fn violations(&self) -> Vec<String> {
+        self.shared.0.lock().expect("state lock").violations.clone()
+    }
+
+    /// Everything read so far, when [`Options::transcript`] was set.
+    pub fn transcript(&self) -> String {
+        self.shared.0.lock().expect("state lock").transcript.clone()
+    }
+}
+
+fn read_lines(output: impl Read, shared: Shared, mut options: Options) {
+    let (lock, cvar) = &*shared;
+    for line in BufReader::new(output).split(b'\n') {
+        let Ok(line) = line else { break };
+        let text = String::from_utf8_lossy(&line).into_owned();
+        if let Some(hook) = options.on_line.as_mut() {
+            hook(&text);
+        }
+        let raw =
+            serde_json::from_str::<Value>(&text).unwrap_or_else(|_| json!({"__not_json__": text}));
+        let msg = Message {
+            raw,
+            at: Instant::now(),
+        };
+        let mut state = lock.lock().expect("state lock");
+        state.lines += 1;
+        state.bytes += line.len() as u64 + 1;
+        if options.transcript {
+            state.transcript.push_str(&text);
+            state.transcript.push('\n');
+        }
+        if msg.raw["jsonrpc"] != "2.0" {
+            state
+                .violations
+                .push(format!("not a JSON-RPC 2.0 message: {text}"));
+        } else if msg.raw.get("method").is_some() {
+            state.notes.push(msg.clone());
+        } else if !state.answered.insert(msg.raw["id"].to_string()) {
+            state
+                .violations
+                .push(format!("a second answer to id {}", msg.raw["id"]));
+        }
+        state.queue.push(msg);
+        cvar.notify_all();
+    }
+    lock.lock().expect("state lock").closed = true;
+    cvar.notify_all();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A host that answers from a script: each input line gets the next output.
+    fn scripted(lines: &[&str]) -> Client {
+        let out = lines.join("\n") + "\n";
+        Client::new(
+            std::io::sink(),
+            std::io::Cursor::new(out.into_bytes()),
+            Options {
+                transcript: true,
+                on_line: None,
+            },
+        )
+    }
+
+    #[test]
+    fn responses_are_claimed_by_id_and_notifications_kept() {
+        let c = scripted(&[
+            r#"{"jsonrpc":"2.0","method":"commands.output","params":{"request_id":2,"data":"hi"}}"#,
+            r#"{"jsonrpc":"2.0","id":2,"result":{"exit_code":0}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"gone","data":{"epp_code":"E4004"}}}"#,
+        ]);
+        let t = Duration::from_secs(5);
+        let e = c.response(&json!(1), t).unwrap().reply().unwrap_err();
+        assert_eq!(
+            (e.code, e.epp.as_str(), e.message.as_str()),
+            (-32000, "E4004", "gone")
+        );
+        assert_eq!(
+            c.response(&json!(2), t).unwrap().reply().unwrap()["exit_code"],
+            0
+        );
+        let notes = c.notifications();
+        assert_eq!(notes.len(), 1);
+        assert_eq!(notes[0].request_id(), &json!(2));
+        // The notification is still queued until claimed; then the output ends.
+        assert_eq!(c.take_pending().len(), 1);
+        assert_eq!(c.response(&json!(3), t).unwrap_err(), WaitError::Closed);
+        assert_eq!(c.counts().0, 3);
+        assert_eq!(c.transcript().lines().count(), 3);
+    }
+
+    #[test]
+    fn garbage_and_second_answers_are_violations() {
+        let c = scripted(&[
+            "not json",
+            r#"{"jsonrpc":"2.0","id":7,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"result":{}}"#,
+        ]);
+        let m = c.wait_for(Duration::from_secs(5), |_| true).unwrap();
+        assert!(m.is_garbage());
+        assert!(!m.is_response());
+        c.drain(Duration::from_secs(5)).unwrap();
+        let v = c.violations();
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert!(v[0].starts_with("not a JSON-RPC 2.0 message: not json"));
+        assert_eq!(v[1], "a second answer to id 7");
+    }
+
+    #[test]
+    fn a_wait_times_out_while_the_host_is_silent() {
+        let (rx, _keep) = std::io::pipe().unwrap();
+        let c = Client::new(std::io::sink(), rx, Options::default());
+        let started = Instant::now();
+        let err = c
+            .response(&json!(1), Duration::from_millis(50))
+            .unwrap_err();
+        assert_eq!(err, WaitError::Timeout);
+        assert!(started.elapsed() >= Duration::from_millis(50));
+    }
+}
