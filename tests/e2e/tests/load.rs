@@ -15,6 +15,27 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+/// A host's resident set. A host whose `/proc` entry cannot be read has died,
+/// which fails the test: a figure of 0 would hide it.
+fn host_rss(h: &Host) -> u64 {
+    rss_kib(h.pid()).unwrap_or_else(|| {
+        panic!(
+            "cannot read VmRSS of epp-host pid {}: has it died?",
+            h.pid()
+        )
+    })
+}
+
+/// A host's open descriptors; as `host_rss`, a missing host fails the test.
+fn host_fds(h: &Host) -> usize {
+    open_fds(h.pid()).unwrap_or_else(|| {
+        panic!(
+            "cannot list the fds of epp-host pid {}: has it died?",
+            h.pid()
+        )
+    })
+}
+
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -160,8 +181,8 @@ fn hundreds_of_concurrent_operations() {
             )
         })
         .collect();
-    let rss: Vec<u64> = hosts.iter().filter_map(|h| rss_kib(h.pid())).collect();
-    let fds: Vec<usize> = hosts.iter().filter_map(|h| open_fds(h.pid())).collect();
+    let rss: Vec<u64> = hosts.iter().map(host_rss).collect();
+    let fds: Vec<usize> = hosts.iter().map(host_fds).collect();
 
     // The provider asks for 200 a page: with more, `sandbox.list` must walk the
     // pages and find each sandbox exactly once.
@@ -274,14 +295,8 @@ fn soak() {
     std::thread::scope(|s| {
         s.spawn(|| {
             while !done.load(Ordering::SeqCst) {
-                let rss = hosts
-                    .iter()
-                    .map(|h| rss_kib(h.pid()).unwrap_or(0))
-                    .collect();
-                let fds = hosts
-                    .iter()
-                    .map(|h| open_fds(h.pid()).unwrap_or(0))
-                    .collect();
+                let rss = hosts.iter().map(host_rss).collect();
+                let fds = hosts.iter().map(host_fds).collect();
                 samples
                     .lock()
                     .unwrap()
