@@ -434,12 +434,17 @@ impl BodyReader {
             }
             Err(StreamError::LastOperationFailed(e)) => {
                 self.done = true;
-                let text = e.to_debug_string();
-                if text.contains("Timeout") {
-                    Err(Transport::Timeout(text))
-                } else {
-                    Err(Transport::Broken(text))
-                }
+                // wasi:http says what broke the body as a typed code; the host
+                // maps its own failures to these (a stalled body is a read timeout).
+                Err(match wasip2::http::types::http_error_code(&e) {
+                    Some(code) => match transport(&code) {
+                        Transport::Denied | Transport::Refused(_) => {
+                            Transport::Broken(format!("{code:?}"))
+                        }
+                        other => other,
+                    },
+                    None => Transport::Broken(e.to_debug_string()),
+                })
             }
         }
     }
