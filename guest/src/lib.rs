@@ -22,7 +22,10 @@ mod sse;
 mod time;
 mod unsupported;
 
-use bindings::abx::epp::types::{Capability, EppError, ProviderInfo, Setting};
+use bindings::abx::epp::types::{
+    Capabilities, Capability, EppError, HeaderScope, ProviderInfo, ProviderNeeds, SecretHeader,
+    Setting,
+};
 use bindings::exports::abx::epp::infra::{
     self, ByteRange, CodeRequest, CodeResult, CommandLogs, CommandRequest, CommandStatus,
     CreateRequest, FileInfo, Guest, ListRequest, MountRequest, PortUrl, ProcessInfo, PtyRequest,
@@ -31,25 +34,25 @@ use bindings::exports::abx::epp::infra::{
 use error::unsupported;
 
 /// Capabilities in EPP/1 order and whether this provider implements them.
-pub const CAPABILITIES: &[(&str, bool)] = &[
-    ("sandbox.lifecycle", true),
-    ("sandbox.timeout", true),
-    ("sandbox.pause", true),
-    ("exec.run", true),
-    ("exec.stream", true),
-    ("process.manage", true),
-    ("pty", true),
-    ("files.rw", true),
-    ("ports.url", true),
-    ("files.watch", false),
-    ("files.transfer", false),
-    ("code.interpret", false),
-    ("templates.read", false),
-    ("templates.build", false),
-    ("ports.domain", false),
-    ("storage.mount", false),
-    ("network.vpc", false),
-    ("sessions", false),
+pub const CAPABILITIES: &[(&str, Capabilities, bool)] = &[
+    ("sandbox.lifecycle", Capabilities::SANDBOX_LIFECYCLE, true),
+    ("sandbox.timeout", Capabilities::SANDBOX_TIMEOUT, true),
+    ("sandbox.pause", Capabilities::SANDBOX_PAUSE, true),
+    ("exec.run", Capabilities::EXEC_RUN, true),
+    ("exec.stream", Capabilities::EXEC_STREAM, true),
+    ("process.manage", Capabilities::PROCESS_MANAGE, true),
+    ("pty", Capabilities::PTY, true),
+    ("files.rw", Capabilities::FILES_RW, true),
+    ("ports.url", Capabilities::PORTS_URL, true),
+    ("files.watch", Capabilities::FILES_WATCH, false),
+    ("files.transfer", Capabilities::FILES_TRANSFER, false),
+    ("code.interpret", Capabilities::CODE_INTERPRET, false),
+    ("templates.read", Capabilities::TEMPLATES_READ, false),
+    ("templates.build", Capabilities::TEMPLATES_BUILD, false),
+    ("ports.domain", Capabilities::PORTS_DOMAIN, false),
+    ("storage.mount", Capabilities::STORAGE_MOUNT, false),
+    ("network.vpc", Capabilities::NETWORK_VPC, false),
+    ("sessions", Capabilities::SESSIONS, false),
 ];
 
 struct Provider;
@@ -69,7 +72,7 @@ impl Guest for Provider {
             version: env!("CARGO_PKG_VERSION").into(),
             capabilities: CAPABILITIES
                 .iter()
-                .map(|(name, supported)| Capability {
+                .map(|(name, _, supported)| Capability {
                     name: name.to_string(),
                     supported: *supported,
                 })
@@ -84,6 +87,32 @@ impl Guest for Provider {
                     description: s.description.into(),
                 })
                 .collect(),
+        }
+    }
+
+    fn needs() -> ProviderNeeds {
+        use opensandbox_settings as s;
+        ProviderNeeds {
+            capabilities: CAPABILITIES
+                .iter()
+                .filter(|(_, _, supported)| *supported)
+                .fold(Capabilities::empty(), |all, (_, flag, _)| all | *flag),
+            // The same order as `Origin::from_env`: base_url, then domain (a URL
+            // itself, or host[:port] with protocol), then the default.
+            origin: vec![
+                "{base_url}".into(),
+                "{domain}".into(),
+                "{protocol=http}://{domain}".into(),
+                s::DEFAULT_BASE_URL.into(),
+            ],
+            // In direct mode execd is published on a port of the server's host.
+            origin_host_any_port: true,
+            allow_hosts_env: vec![s::ALLOW_HOSTS_ENV.into()],
+            secret_headers: vec![SecretHeader {
+                setting: "api_key".into(),
+                header: s::API_KEY_HEADER.into(),
+                scope: HeaderScope::Origin,
+            }],
         }
     }
 

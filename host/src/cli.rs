@@ -7,8 +7,10 @@ use std::path::PathBuf;
 ///
 /// It verifies the component's signature, runs it in wasmtime with no filesystem,
 /// no sockets and only its own settings in its environment, and serves EPP/1
-/// (JSON-RPC 2.0, one message per line) on stdin/stdout. All outbound HTTP and
-/// WebSocket traffic passes its network policy; the API key stays on this side.
+/// (JSON-RPC 2.0, one message per line) on stdin/stdout. The component declares
+/// what it needs (its backend origin, secret headers, more hosts); all outbound
+/// HTTP and WebSocket traffic passes the network policy this host makes of that
+/// and of the operator's grants, and secrets the host injects stay on this side.
 #[derive(Debug, Parser)]
 #[command(name = "epp-host", version, about, long_about)]
 pub struct Cli {
@@ -38,7 +40,9 @@ pub enum Command {
         host: HostArgs,
     },
     /// Show a component's signature status, signer key id, WIT world, imports,
-    /// exports, declared capabilities and settings (the manifest's view), and
+    /// exports, declared capabilities and settings (the manifest's view), what
+    /// it needs from its host next to what this environment grants it (origin,
+    /// allowed hosts, secret headers: whether set, never their values), and
     /// whether a provider.json next to it (or --manifest) matches it. Exits 1
     /// when the component cannot be loaded or the manifest does not match.
     Inspect {
@@ -46,6 +50,10 @@ pub enum Command {
         wasm: PathBuf,
         #[command(flatten)]
         trust: TrustArgs,
+        /// A host `run` would be given with --allow-host (repeatable): shown in
+        /// the grant.
+        #[arg(long = "allow-host", value_name = "HOST")]
+        allow_hosts: Vec<String>,
         /// Manifest to check against the component (default: provider.json in
         /// the component's folder, when there is one).
         #[arg(long, value_name = "PATH")]
@@ -130,11 +138,13 @@ pub struct HostArgs {
     #[arg(long)]
     pub no_cache: bool,
     /// Another host the provider may reach: name, `*.domain`, `host:port`, IP or
-    /// CIDR (repeatable; adds to ABX_OPENSANDBOX_ALLOW_HOSTS).
+    /// CIDR (repeatable; adds to the provider's own allow-hosts variables, which
+    /// `inspect` names).
     #[arg(long = "allow-host", value_name = "HOST")]
     pub allow_hosts: Vec<String>,
     /// Another environment variable to hand to the provider (repeatable). The
-    /// provider's declared settings are passed already, except the API key.
+    /// provider's declared settings are passed already, except the secrets the
+    /// host injects as headers and the allow-hosts variables.
     #[arg(long = "pass-env", value_name = "NAME")]
     pub pass_env: Vec<String>,
     /// Linear memory cap per provider instance, in MiB.

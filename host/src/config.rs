@@ -1,67 +1,91 @@
 //! Turning flags and the host's environment into the runtime's configuration:
-//! the network policy, the guest's environment, limits and serving options.
+//! the grant (network policy and guest environment) made from what the
+//! provider declares, limits and serving options.
 
 use crate::cli::HostArgs;
+use crate::net::grant::{Env, FRAMEWORK_KEY_ENV, Grant};
 use crate::net::policy::NetPolicy;
 use crate::net::websocket::MAX_CONNECTIONS;
 use crate::rpc::server::ServeOptions;
-use crate::runtime::LoadOptions;
+use crate::runtime::bindings::ProviderInfo;
+use crate::runtime::bindings::abx::epp::types::ProviderNeeds;
 use crate::runtime::limits::Limits;
+use crate::runtime::{Granted, LoadOptions};
 use anyhow::{Result, bail};
-use opensandbox_settings::{
-    ALLOW_HOSTS_ENV, API_KEY_ENV, EXPRESS_KEY_ENV, Origin, first_set, guest_env_vars,
-};
 use std::time::Duration;
 
-fn host_env(name: &str) -> Option<String> {
+/// The host's own environment, as the operator set it.
+pub fn host_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
-/// The environment handed to the guest: the provider's setting variables (minus
-/// the API key, which the host injects itself) and any `--pass-env` names.
+/// The environment handed to the guest: every variable of every setting the
+/// provider declares, except those the host withholds (injected secrets, the
+/// allow-list variables, the framework's key), plus the `--pass-env` names.
 /// Nothing else from the host's environment reaches the provider.
-pub fn guest_env(args: &HostArgs) -> Result<Vec<(String, String)>> {
-    let mut names: Vec<&str> = guest_env_vars().collect();
-    for extra in &args.pass_env {
-        if API_KEY_ENV.contains(&extra.as_str()) || extra == EXPRESS_KEY_ENV {
+pub fn guest_env(
+    info: &ProviderInfo,
+    grant: &Grant,
+    pass_env: &[String],
+    env: Env,
+) -> Result<Vec<(String, String)>> {
+    let withheld: Vec<&str> = grant.withheld().collect();
+    for extra in pass_env {
+        if extra == FRAMEWORK_KEY_ENV || grant.secret_headers.iter().any(|h| h.env.contains(extra))
+        {
             bail!(
                 "--pass-env {extra}: this variable is a secret the host keeps; it is never passed to providers"
             );
         }
-        names.push(extra);
+        if grant.allow_hosts_env.contains(extra) {
+            bail!(
+                "--pass-env {extra}: this variable lists hosts for the host's network policy; \
+                 the host reads it, providers never see it"
+            );
+        }
+    }
+    let mut names: Vec<&str> = Vec::new();
+    let declared = info.settings.iter().flat_map(|s| s.env.iter());
+    for name in declared.chain(pass_env).map(String::as_str) {
+        if !withheld.contains(&name) && !names.contains(&name) {
+            names.push(name);
+        }
     }
     Ok(names
         .into_iter()
-        .filter_map(|name| host_env(name).map(|v| (name.to_string(), v)))
+        .filter_map(|name| env(name).map(|v| (name.to_string(), v)))
         .collect())
 }
 
-/// The outbound policy from the provider's settings and `--allow-host`.
-///
-/// If the server URL settings are invalid the policy allows nothing; the
-/// provider reports the bad setting (E2001) on every call.
-pub fn policy(args: &HostArgs) -> Result<NetPolicy> {
-    let mut allow: Vec<String> = args.allow_hosts.clone();
-    if let Some(list) = host_env(ALLOW_HOSTS_ENV) {
-        allow.push(list);
+/// What the operator grants: the provider's needs resolved against `env` and
+/// the flags. Warns once on stderr when the provider's origin resolves to
+/// nothing (then it may reach only listed hosts).
+pub fn grant(
+    args: &HostArgs,
+    info: &ProviderInfo,
+    needs: &ProviderNeeds,
+    env: Env,
+) -> Result<Granted> {
+    let grant = Grant::resolve(info, needs, env, &args.allow_hosts).map_err(anyhow::Error::msg)?;
+    let policy = NetPolicy::new(&grant).map_err(anyhow::Error::msg)?;
+    let guest_env = guest_env(info, &grant, &args.pass_env, env)?;
+    if let Some(why) = grant.missing_origin() {
+        eprintln!(
+            "epp-host: warning: {why}; until then provider `{}` may reach only hosts listed in {}",
+            info.id,
+            grant.allow_hint()
+        );
     }
-    let api_key = first_set(&host_env, API_KEY_ENV).map(|(_, v)| v);
-    let origin = Origin::from_env(&host_env).unwrap_or_else(|e| {
-        eprintln!("epp-host: {e}; no outbound requests will be allowed until it is fixed");
-        Origin {
-            scheme: "http".into(),
-            host: "invalid.".into(),
-            port: 1,
-            path_prefix: String::new(),
-        }
-    });
-    NetPolicy::new(&origin, &allow, api_key).map_err(anyhow::Error::msg)
+    Ok(Granted { policy, guest_env })
 }
 
+/// Memory and CPU limits per instance, from the flags.
 pub fn limits(args: &HostArgs) -> Limits {
     Limits::new(args.max_memory_mib.max(16), args.cpu_budget_ms)
 }
 
+/// How to load `wasm`: limits and cache from the flags; the grant from the
+/// flags and this process's environment, once the provider has said what it needs.
 pub fn load_options(args: &HostArgs, wasm: Vec<u8>) -> Result<LoadOptions> {
     if args.max_concurrent == 0 {
         bail!("--max-concurrent must be at least 1");
@@ -73,16 +97,17 @@ pub fn load_options(args: &HostArgs, wasm: Vec<u8>) -> Result<LoadOptions> {
             .clone()
             .or_else(crate::runtime::cache::default_dir)
     };
+    let grant_args = args.clone();
     Ok(LoadOptions {
         wasm,
         cache_dir,
         limits: limits(args),
         instances: (args.max_concurrent + MAX_CONNECTIONS + 16) as u32,
-        policy: policy(args)?,
-        guest_env: guest_env(args)?,
+        grant: Box::new(move |info, needs| grant(&grant_args, info, needs, &host_env)),
     })
 }
 
+/// How to serve EPP/1, from the flags.
 pub fn serve_options(args: &HostArgs) -> ServeOptions {
     ServeOptions {
         max_line_bytes: args.max_line_bytes.max(1024),
@@ -90,5 +115,128 @@ pub fn serve_options(args: &HostArgs) -> ServeOptions {
         call_timeout: Duration::from_secs(args.call_timeout.max(1)),
         shutdown_grace: Duration::from_secs(args.shutdown_grace),
         max_output_bytes: args.max_output_bytes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::bindings::abx::epp::types::{
+        Capabilities, HeaderScope, SecretHeader, Setting,
+    };
+    use clap::Parser;
+
+    fn setting(name: &str, env: &[&str], secret: bool) -> Setting {
+        Setting {
+            name: name.into(),
+            env: env.iter().map(|s| s.to_string()).collect(),
+            default_value: None,
+            secret,
+            description: String::new(),
+        }
+    }
+
+    fn info() -> ProviderInfo {
+        ProviderInfo {
+            id: "example".into(),
+            version: "1".into(),
+            capabilities: Vec::new(),
+            settings: vec![
+                setting("base_url", &["EX_BASE_URL"], false),
+                setting("api_key", &["EX_API_KEY", "EX_KEY"], true),
+                setting("password", &["EX_PASSWORD"], true),
+            ],
+        }
+    }
+
+    fn needs() -> ProviderNeeds {
+        ProviderNeeds {
+            capabilities: Capabilities::empty(),
+            origin: vec!["{base_url}".into()],
+            origin_host_any_port: false,
+            allow_hosts_env: vec!["EX_ALLOW_HOSTS".into()],
+            secret_headers: vec![SecretHeader {
+                setting: "api_key".into(),
+                header: "x-ex-key".into(),
+                scope: HeaderScope::Origin,
+            }],
+        }
+    }
+
+    fn env(name: &str) -> Option<String> {
+        let value = match name {
+            "EX_BASE_URL" => "http://127.0.0.1:1",
+            "EX_API_KEY" | "EX_KEY" => "key-value",
+            "EX_PASSWORD" => "password-value",
+            "EX_ALLOW_HOSTS" => "a.example",
+            "ABX_SANDBOX_API_KEY" => "framework-key",
+            "EXTRA" => "extra-value",
+            _ => return None,
+        };
+        Some(value.to_string())
+    }
+
+    fn env_for(pass_env: &[&str]) -> Result<Vec<(String, String)>> {
+        let grant = Grant::resolve(&info(), &needs(), &env, &[]).unwrap();
+        let pass: Vec<String> = pass_env.iter().map(|s| s.to_string()).collect();
+        guest_env(&info(), &grant, &pass, &env)
+    }
+
+    #[test]
+    fn the_guest_gets_its_settings_minus_what_the_host_keeps() {
+        let vars = env_for(&["EXTRA", "EX_BASE_URL"]).unwrap();
+        assert_eq!(
+            vars,
+            [
+                ("EX_BASE_URL".to_string(), "http://127.0.0.1:1".to_string()),
+                // A secret the host does not inject is the provider's own business.
+                ("EX_PASSWORD".to_string(), "password-value".to_string()),
+                ("EXTRA".to_string(), "extra-value".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn pass_env_cannot_hand_over_what_the_host_keeps() {
+        for (name, why) in [
+            ("EX_API_KEY", "is a secret the host keeps"),
+            ("EX_KEY", "is a secret the host keeps"),
+            ("ABX_SANDBOX_API_KEY", "is a secret the host keeps"),
+            ("EX_ALLOW_HOSTS", "providers never see it"),
+        ] {
+            let err = env_for(&[name]).unwrap_err().to_string();
+            assert!(err.contains(name) && err.contains(why), "{name}: {err}");
+            assert!(
+                !err.contains("-value") && !err.contains("a.example"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_policy_follows_the_grant() {
+        let args = crate::cli::Cli::try_parse_from([
+            "epp-host",
+            "run",
+            "x.wasm",
+            "--allow-host",
+            "b.example",
+        ])
+        .unwrap();
+        let crate::cli::Command::Run { host, .. } = args.command else {
+            unreachable!()
+        };
+        let granted = grant(&host, &info(), &needs(), &env).unwrap();
+        let check = |scheme: &str, authority: &str| {
+            let dest = crate::net::policy::Destination::parse(scheme, authority).unwrap();
+            granted.policy.check(&dest)
+        };
+        assert_eq!(check("http", "127.0.0.1:1").unwrap().inject.len(), 1);
+        // No `origin-host-any-port`: another port on the origin's host is refused.
+        assert!(check("http", "127.0.0.1:2").is_err());
+        assert!(check("http", "a.example").unwrap().inject.is_empty());
+        assert!(check("http", "b.example").unwrap().inject.is_empty());
+        assert!(check("http", "c.example").is_err());
+        assert!(granted.policy.owns_header("X-Ex-Key"));
     }
 }

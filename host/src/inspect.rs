@@ -1,10 +1,13 @@
 //! `epp-host inspect`: what a component is, before anyone runs it.
 
 use crate::cli::TrustArgs;
-use crate::manifest::Manifest;
+use crate::config::host_env;
+use crate::manifest::{Manifest, Needs};
+use crate::net::grant::{Grant, scope_name};
 use crate::net::policy::NetPolicy;
+use crate::runtime::capabilities;
 use crate::runtime::limits::Limits;
-use crate::runtime::{LoadOptions, Runtime};
+use crate::runtime::{Granted, LoadOptions, Runtime};
 use crate::signing::{self, SignatureStatus, TrustedKeys};
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
@@ -12,30 +15,83 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// The world a provider must implement.
-pub const WORLD: &str = "abx:epp/provider@1.0.0";
-const INFRA_EXPORT: &str = "abx:epp/infra@1.0.0";
+pub const WORLD: &str = "abx:epp/provider@1.1.0";
+const INFRA_EXPORT: &str = "abx:epp/infra@1.1.0";
 /// The manifest `inspect` looks for next to the component.
 pub const MANIFEST_FILE: &str = "provider.json";
 
-/// Loads a component to look at it (`describe()`, its types) without letting it
-/// reach anything: no cache, no environment, a policy that allows nothing.
+/// Loads a component to look at it (`describe()`, `needs()`, its types) without
+/// letting it reach anything: no cache, no environment, a policy that allows nothing.
 pub async fn load_offline(wasm: Vec<u8>) -> Result<Runtime> {
-    let origin =
-        opensandbox_settings::Origin::parse_url("inspect", "http://invalid.:1").expect("literal");
     let options = LoadOptions {
         wasm,
         cache_dir: None,
         limits: Limits::new(256, 10_000),
         instances: 4,
-        policy: NetPolicy::new(&origin, &[], None).map_err(anyhow::Error::msg)?,
-        guest_env: Vec::new(),
+        grant: Box::new(|_, _| {
+            Ok(Granted {
+                policy: NetPolicy::deny_all(),
+                guest_env: Vec::new(),
+            })
+        }),
     };
     Runtime::load(options).await
+}
+
+/// What the provider asks for (`needs()`), as JSON: provider.json's `needs`
+/// with the capability flags.
+fn requested(rt: &Runtime) -> Value {
+    let mut needs = json!(Needs::from(&rt.needs));
+    needs["capabilities"] = json!(capabilities::names(rt.needs.capabilities).collect::<Vec<_>>());
+    needs
+}
+
+/// What this environment and `allow_hosts` grant it, as JSON; never a secret value.
+fn granted(rt: &Runtime, allow_hosts: &[String]) -> Value {
+    let grant = match Grant::resolve(&rt.info, &rt.needs, &host_env, allow_hosts) {
+        Ok(grant) => grant,
+        Err(e) => return json!({"error": e}),
+    };
+    let policy_error = NetPolicy::new(&grant).err();
+    let origin = grant
+        .origin
+        .as_ref()
+        .map(|o| json!({"template": o.template, "url": o.url, "destination": o.dest.to_string()}));
+    let skipped: Vec<Value> = grant
+        .skipped
+        .iter()
+        .map(|s| json!({"template": s.template, "why": s.why}))
+        .collect();
+    let allow: Vec<Value> = grant
+        .allow
+        .iter()
+        .map(|a| json!({"source": a.source.to_string(), "entries": a.each().collect::<Vec<_>>()}))
+        .collect();
+    let headers: Vec<Value> = grant
+        .secret_headers
+        .iter()
+        .map(|h| {
+            json!({"setting": h.setting, "header": h.header.as_str(), "scope": scope_name(h.scope),
+                   "var": h.var, "set": h.value.is_some()})
+        })
+        .collect();
+    json!({
+        "capabilities": capabilities::names(rt.needs.capabilities).collect::<Vec<_>>(),
+        "origin": origin,
+        "origin_skipped": skipped,
+        "origin_missing": grant.missing_origin(),
+        "origin_host_any_port": grant.origin.is_some() && grant.origin_host_any_port,
+        "allow_hosts": allow,
+        "secret_headers": headers,
+        "withheld_env": grant.withheld().collect::<Vec<_>>(),
+        "error": policy_error,
+    })
 }
 
 pub async fn run(
     path: PathBuf,
     trust: TrustArgs,
+    allow_hosts: Vec<String>,
     manifest: Option<PathBuf>,
     as_json: bool,
 ) -> Result<ExitCode> {
@@ -48,7 +104,7 @@ pub async fn run(
         _ => Vec::new(),
     };
     let loaded = load_offline(wasm.clone()).await;
-    let (imports, exports, capabilities, provider, load_error) = match &loaded {
+    let (imports, exports, capabilities, provider, needs, grant, load_error) = match &loaded {
         Ok(rt) => {
             let ty = rt.component().component_type();
             let imports: Vec<String> = ty
@@ -70,6 +126,8 @@ pub async fn run(
                 exports,
                 Value::Object(caps),
                 json!({"id": rt.info.id, "version": rt.info.version}),
+                requested(rt),
+                granted(rt, &allow_hosts),
                 None,
             )
         }
@@ -78,9 +136,12 @@ pub async fn run(
             Vec::new(),
             Value::Null,
             Value::Null,
+            Value::Null,
+            Value::Null,
             Some(format!("{e:#}")),
         ),
     };
+    let grant_ok = grant.is_null() || grant["error"].is_null();
     let world = exports.iter().any(|e| e == INFRA_EXPORT).then_some(WORLD);
     // The manifest view names only signers this host verified.
     let trusted = match &status {
@@ -89,7 +150,13 @@ pub async fn run(
     };
     let derived = loaded.as_ref().ok().map(|rt| {
         let file = path.file_name().map(|n| n.to_string_lossy().into_owned());
-        Manifest::derive(&file.unwrap_or_default(), &wasm, &rt.info, trusted)
+        Manifest::derive(
+            &file.unwrap_or_default(),
+            &wasm,
+            &rt.info,
+            &rt.needs,
+            trusted,
+        )
     });
     let manifest_path = manifest.or_else(|| {
         let beside = path.parent()?.join(MANIFEST_FILE);
@@ -111,6 +178,8 @@ pub async fn run(
         "imports": imports,
         "exports": exports,
         "capabilities": capabilities,
+        "needs": needs,
+        "grant": grant,
         "error": load_error,
         "manifest": derived,
         "manifest_file": manifest_file,
@@ -120,7 +189,7 @@ pub async fn run(
     } else {
         print_text(&report);
     }
-    Ok(if loaded.is_ok() && manifest_ok {
+    Ok(if loaded.is_ok() && grant_ok && manifest_ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
@@ -184,9 +253,109 @@ fn print_text(r: &Value) {
             );
         }
     }
+    print_grant(&r["needs"], &r["grant"]);
     print_manifest(r);
     if let Some(e) = r["error"].as_str() {
         println!("error:      {e}");
+    }
+}
+
+/// Strings of a JSON array.
+fn strings(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
+/// What the provider asks for next to what it is granted here.
+fn print_grant(needs: &Value, grant: &Value) {
+    if !needs.is_object() {
+        return;
+    }
+    println!("needs (asked -> granted here):");
+    if let Some(e) = grant["error"].as_str() {
+        println!("  REFUSED: {e}");
+    }
+    let templates = strings(&needs["origin"]);
+    let origin = match grant["origin"]["destination"].as_str() {
+        Some(dest) => format!(
+            "{dest} (from `{}`)",
+            grant["origin"]["template"].as_str().unwrap_or("-")
+        ),
+        None if templates.is_empty() => "none".to_string(),
+        None => format!(
+            "none: {}",
+            grant["origin_missing"]
+                .as_str()
+                .unwrap_or("the grant was refused")
+        ),
+    };
+    let templates = if templates.is_empty() {
+        "(none)".to_string()
+    } else {
+        templates.join(" | ")
+    };
+    println!("  origin         {templates}");
+    println!("                 -> {origin}");
+    for s in grant["origin_skipped"].as_array().into_iter().flatten() {
+        if grant["origin"].is_object() {
+            println!(
+                "                    skipped `{}`: {}",
+                s["template"].as_str().unwrap_or("-"),
+                s["why"].as_str().unwrap_or("-")
+            );
+        }
+    }
+    let yes = |v: &Value| if v == &json!(true) { "yes" } else { "no" };
+    println!(
+        "  any port       {} -> {}",
+        yes(&needs["origin_host_any_port"]),
+        yes(&grant["origin_host_any_port"])
+    );
+    let vars = strings(&needs["allow_hosts_env"]);
+    println!(
+        "  allow hosts    from {}",
+        if vars.is_empty() {
+            "--allow-host".to_string()
+        } else {
+            format!("{} or --allow-host", vars.join(", "))
+        }
+    );
+    let lists = grant["allow_hosts"].as_array().cloned().unwrap_or_default();
+    if lists.is_empty() {
+        println!("                 -> none listed");
+    }
+    for list in &lists {
+        println!(
+            "                 -> {}: {}",
+            list["source"].as_str().unwrap_or("-"),
+            strings(&list["entries"]).join(", ")
+        );
+    }
+    for (i, h) in needs["secret_headers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let granted = &grant["secret_headers"][i];
+        let value = match granted["var"].as_str() {
+            Some(var) => format!("set (from {var})"),
+            None if granted.is_object() => "not set: nothing is sent".to_string(),
+            None => "-".to_string(),
+        };
+        println!(
+            "  secret header  {} as `{}` to the {} -> {value}",
+            h["setting"].as_str().unwrap_or("-"),
+            h["header"].as_str().unwrap_or("-"),
+            h["scope"].as_str().unwrap_or("-"),
+        );
+    }
+    let withheld = strings(&grant["withheld_env"]);
+    if !withheld.is_empty() {
+        println!("  withheld env   {}", withheld.join(", "));
     }
 }
 

@@ -1,21 +1,15 @@
-//! `epp-host`: serves an EPP/1 provider component on stdio.
-
-mod cli;
-mod config;
-mod inspect;
-mod manifest;
-mod net;
-mod rpc;
-mod runtime;
-mod signing;
+//! `epp-host`: serves an EPP/1 provider component on stdio. The work is done by
+//! the `epp_host` library; this file only dispatches the command line.
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use cli::{Cli, Command, HostArgs};
-use rpc::methods::{self, CallCtx};
-use rpc::outbox::{Outbox, Terminal};
-use rpc::server::Server;
-use runtime::Runtime;
+use epp_host::cli::{self, Cli, Command, HostArgs};
+use epp_host::rpc::codec::Codec;
+use epp_host::rpc::methods::CallCtx;
+use epp_host::rpc::outbox::Outbox;
+use epp_host::rpc::server::{self, Server};
+use epp_host::runtime::{self, Runtime};
+use epp_host::{config, inspect, manifest, signing};
 use serde_json::{Map, Value};
 use std::path::Path;
 use std::process::ExitCode;
@@ -52,9 +46,10 @@ fn main() -> ExitCode {
         Command::Inspect {
             wasm,
             trust,
+            allow_hosts,
             manifest,
             json,
-        } => async_main(inspect::run(wasm, trust, manifest, json)),
+        } => async_main(inspect::run(wasm, trust, allow_hosts, manifest, json)),
         Command::Manifest {
             wasm,
             public_keys,
@@ -143,35 +138,19 @@ async fn call(
         },
     };
     let runtime = load(&wasm, &host).await?;
-    let terminal = Arc::new(Terminal::default());
-    let background = Arc::new(Mutex::new(tokio::task::JoinSet::new()));
-    let ctx = CallCtx {
-        runtime,
-        out: Outbox::Terminal(terminal.clone()),
-        id: Value::from(1),
-        max_output_bytes: host.max_output_bytes,
-        started: Mutex::new(None),
-        background: background.clone(),
-        answered: Mutex::new(Vec::new()),
+    let ctx = CallCtx::new(
+        runtime.clone(),
+        Arc::new(Codec::new(runtime.component())),
+        Outbox::Terminal,
+        Value::from(1),
+        host.max_output_bytes,
+        Arc::new(Mutex::new(tokio::task::JoinSet::new())),
+    );
+    let interrupted = async {
+        let _ = tokio::signal::ctrl_c().await;
     };
-    let opts = config::serve_options(&host);
-    let work = async {
-        match methods::deadline(&method, &params, opts.call_timeout) {
-            Some(limit) => tokio::time::timeout(limit, methods::call(&ctx, &method, params))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(rpc::errors::RpcError::fault(format!("{method} timed out")))
-                }),
-            None => methods::call(&ctx, &method, params).await,
-        }
-    };
-    let result = tokio::select! {
-        r = work => r,
-        _ = tokio::signal::ctrl_c() => Err(rpc::errors::RpcError::cancelled()),
-    };
-    if result.is_err() {
-        ctx.abandon().await;
-    }
+    let timeout = config::serve_options(&host).call_timeout;
+    let result = server::answer(&ctx, &method, params, timeout, interrupted).await;
     match result {
         Ok(value) => {
             println!("{}", serde_json::to_string_pretty(&value)?);

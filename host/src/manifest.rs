@@ -1,14 +1,16 @@
 //! `provider.json`, the release manifest of a provider component.
 //!
 //! Every field is derived from the component itself: its bytes (size, sha256,
-//! signatures) and its `describe()` export (id, version, capabilities,
-//! settings). `epp-host manifest` writes it at release time and `epp-host
+//! signatures), its `describe()` export (id, version, capabilities, settings)
+//! and its `needs()` export (origin, allow-hosts variables, secret headers). `epp-host manifest` writes it at release time and `epp-host
 //! inspect` derives it again and compares, so the manifest cannot drift from
 //! the component it describes. Capabilities and settings have the same shape
 //! as in the `epp.hello` answer (docs/epp-1.md).
 
 use crate::inspect::{self, WORLD};
+use crate::net::grant::scope_name;
 use crate::runtime::bindings::ProviderInfo;
+use crate::runtime::bindings::abx::epp::types::ProviderNeeds;
 use crate::signing::{self, SignatureStatus, TrustedKeys};
 use anyhow::{Context, Result, bail};
 use serde::de::Error as _;
@@ -29,7 +31,7 @@ pub const PROTOCOL: &str = "EPP/1";
 pub struct Manifest {
     /// Format of this file (`MANIFEST_VERSION`).
     pub manifest_version: u32,
-    /// Provider id from `describe()`, e.g. `opensandbox`.
+    /// Provider id from `describe()`, e.g. `example`.
     pub id: String,
     /// Provider version from `describe()`.
     pub version: String,
@@ -37,7 +39,7 @@ pub struct Manifest {
     pub kind: String,
     /// Always `EPP/1`.
     pub protocol: String,
-    /// The WIT world the component implements (`abx:epp/provider@1.0.0`).
+    /// The WIT world the component implements (`abx:epp/provider@1.1.0`).
     pub wit_world: String,
     /// File name of the component, next to the manifest.
     pub file: String,
@@ -53,6 +55,53 @@ pub struct Manifest {
     pub capabilities: Capabilities,
     /// Every setting the provider reads from its environment.
     pub settings: Vec<Setting>,
+    /// What the provider needs from its host beyond its settings (`needs()`;
+    /// absent in manifests written before abx:epp 1.1, which then differ).
+    #[serde(default)]
+    pub needs: Needs,
+}
+
+/// `needs()` without the capabilities (already in `capabilities`): what the
+/// provider asks its host to reach and to inject. Names only, never values.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Needs {
+    /// Origin URL templates, tried in order (wit/types.wit has the rule).
+    pub origin: Vec<String>,
+    /// Whether any port on the origin's host may be reached too.
+    pub origin_host_any_port: bool,
+    /// Variables in which the operator lists more hosts.
+    pub allow_hosts_env: Vec<String>,
+    pub secret_headers: Vec<SecretHeader>,
+}
+
+/// A secret setting the host sends as a header.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretHeader {
+    /// The secret setting whose value is sent.
+    pub setting: String,
+    /// The request header, as declared.
+    pub header: String,
+    /// `origin` or `origin-host` (the WIT case names).
+    pub scope: String,
+}
+
+impl From<&ProviderNeeds> for Needs {
+    fn from(n: &ProviderNeeds) -> Needs {
+        Needs {
+            origin: n.origin.clone(),
+            origin_host_any_port: n.origin_host_any_port,
+            allow_hosts_env: n.allow_hosts_env.clone(),
+            secret_headers: n
+                .secret_headers
+                .iter()
+                .map(|h| SecretHeader {
+                    setting: h.setting.clone(),
+                    header: h.header.clone(),
+                    scope: scope_name(h.scope).into(),
+                })
+                .collect(),
+        }
+    }
 }
 
 /// One provider setting, as in `epp.hello`.
@@ -95,11 +144,12 @@ impl<'de> Deserialize<'de> for Capabilities {
 }
 
 impl Manifest {
-    /// The manifest of `wasm` (named `file`), described by `info`.
+    /// The manifest of `wasm` (named `file`), described by `info` and `needs`.
     pub fn derive(
         file: &str,
         wasm: &[u8],
         info: &ProviderInfo,
+        needs: &ProviderNeeds,
         signer_key_ids: Vec<String>,
     ) -> Manifest {
         Manifest {
@@ -130,6 +180,7 @@ impl Manifest {
                     description: s.description.clone(),
                 })
                 .collect(),
+            needs: Needs::from(needs),
         }
     }
 
@@ -165,6 +216,7 @@ impl Manifest {
         field("wit_world", self.wit_world == actual.wit_world);
         field("capabilities", self.capabilities == actual.capabilities);
         field("settings", self.settings == actual.settings);
+        field("needs", self.needs == actual.needs);
         out
     }
 }
@@ -189,7 +241,7 @@ pub async fn run(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let manifest = Manifest::derive(&file, &bytes, &runtime.info, signers);
+    let manifest = Manifest::derive(&file, &bytes, &runtime.info, &runtime.needs, signers);
     let text = serde_json::to_string_pretty(&manifest)? + "\n";
     match output {
         None => print!("{text}"),
@@ -233,11 +285,15 @@ fn verified_signers(path: &Path, wasm: &[u8], public_keys: &[PathBuf]) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::bindings::abx::epp::types::{Capability, Setting as WitSetting};
+    use crate::runtime::bindings::abx::epp::types::{
+        Capabilities as Flags, Capability, HeaderScope, SecretHeader as WitSecretHeader,
+        Setting as WitSetting,
+    };
 
+    /// An example provider: one secret setting, sent as a header to its origin.
     fn info() -> ProviderInfo {
         ProviderInfo {
-            id: "opensandbox".into(),
+            id: "example".into(),
             version: "0.1.0".into(),
             capabilities: vec![
                 Capability {
@@ -251,7 +307,7 @@ mod tests {
             ],
             settings: vec![WitSetting {
                 name: "api_key".into(),
-                env: vec!["ABX_OPENSANDBOX_API_KEY".into()],
+                env: vec!["EXAMPLE_API_KEY".into()],
                 default_value: None,
                 secret: true,
                 description: "key".into(),
@@ -259,15 +315,30 @@ mod tests {
         }
     }
 
+    fn needs() -> ProviderNeeds {
+        ProviderNeeds {
+            capabilities: Flags::SANDBOX_LIFECYCLE,
+            origin: vec!["{base_url}".into(), "http://127.0.0.1:8080".into()],
+            origin_host_any_port: true,
+            allow_hosts_env: vec!["EXAMPLE_ALLOW_HOSTS".into()],
+            secret_headers: vec![WitSecretHeader {
+                setting: "api_key".into(),
+                header: "x-example-key".into(),
+                scope: HeaderScope::OriginHost,
+            }],
+        }
+    }
+
     #[test]
     fn round_trips_in_protocol_order() {
-        let m = Manifest::derive("p.wasm", b"\0asm", &info(), vec!["ab".into()]);
+        let m = Manifest::derive("p.wasm", b"\0asm", &info(), &needs(), vec!["ab".into()]);
         let text = serde_json::to_string_pretty(&m).unwrap();
         // Capabilities stay a JSON object in describe() order, as in epp.hello.
         let lifecycle = text.find("\"sandbox.lifecycle\": true").unwrap();
         let watch = text.find("\"files.watch\": false").unwrap();
         assert!(lifecycle < watch, "{text}");
         assert!(text.contains("\"default\": null"), "{text}");
+        assert!(text.contains("\"scope\": \"origin-host\""), "{text}");
         let back: Manifest = serde_json::from_str(&text).unwrap();
         assert_eq!(back, m);
         assert!(back.differences(&m).is_empty());
@@ -275,14 +346,32 @@ mod tests {
 
     #[test]
     fn differences_name_the_fields() {
-        let m = Manifest::derive("p.wasm", b"\0asm", &info(), vec![]);
-        let other = Manifest::derive("renamed.wasm", b"\0asm\x0d", &info(), vec!["x".into()]);
+        let m = Manifest::derive("p.wasm", b"\0asm", &info(), &needs(), vec![]);
+        let other = Manifest::derive(
+            "renamed.wasm",
+            b"\0asm\x0d",
+            &info(),
+            &needs(),
+            vec!["x".into()],
+        );
         assert_eq!(
             m.differences(&other),
             vec![
                 "sha256 differs from the component's",
                 "size differs from the component's"
             ]
+        );
+    }
+
+    #[test]
+    fn a_manifest_without_needs_reads_but_differs() {
+        let m = Manifest::derive("p.wasm", b"\0asm", &info(), &needs(), vec![]);
+        let mut old = serde_json::to_value(&m).unwrap();
+        old.as_object_mut().unwrap().remove("needs");
+        let old: Manifest = serde_json::from_value(old).unwrap();
+        assert_eq!(
+            old.differences(&m),
+            vec!["needs differs from the component's"]
         );
     }
 

@@ -181,8 +181,10 @@ fn flooding_the_memo_costs_the_host_little_memory() {
 #[test]
 fn names_that_resolve_to_forbidden_addresses_are_refused() {
     if !can_unshare() {
-        eprintln!("note: cannot make network + mount namespaces here; skipping the DNS cases");
-        return;
+        return cannot_run(
+            "cannot make network + mount namespaces here (`unshare --net --mount` needs root \
+             or CAP_SYS_ADMIN)",
+        );
     }
     let hosts = "\
 127.0.0.1 localhost
@@ -196,7 +198,7 @@ fe80::1 ll6.sandboxes.test
 ";
     let mut host = HostBuilder::new()
         .private_hosts(hosts)
-        .env("ABX_OPENSANDBOX_BASE_URL", "http://127.0.0.1:9")
+        .env(BASE_URL_ENV, "http://127.0.0.1:9")
         .args(["--allow-host", "*.sandboxes.test"])
         .spawn();
     let fetch = |host: &mut Host, url: &str| -> Value { host.probe(&format!("fetch {url}")) };

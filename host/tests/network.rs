@@ -1,6 +1,8 @@
-//! The network gate and the API key: the provider reaches only what the policy
-//! allows, every denial happens before a connection is attempted, and the key is
-//! added by the host to requests for the origin only, never visible to the guest.
+//! The network gate and the secret header: the provider (the probe, which
+//! declares its needs as any provider does) reaches only what the operator
+//! granted of what it asked for, every denial happens before a connection is
+//! attempted, and its secret is added by the host to requests for the origin
+//! only, never visible to the guest.
 
 mod common;
 
@@ -9,6 +11,9 @@ use common::*;
 /// Lines the host logs when its policy refuses a request before connecting
 /// (`send_request`), as opposed to after a DNS lookup ("denied outbound request to").
 const PRE_CONNECT_DENIAL: &str = "epp-host: denied outbound request: ";
+
+/// How the host warns that the provider's origin resolves to nothing.
+const ORIGIN_WARNING: &str = "epp-host: warning: none of the provider's origin templates";
 
 fn denial_count(log: &str) -> usize {
     log.lines()
@@ -19,11 +24,11 @@ fn denial_count(log: &str) -> usize {
 fn assert_no_secret(host: &Host) {
     assert!(
         !host.transcript().contains(SECRET_KEY),
-        "the API key appeared on epp-host's stdout"
+        "the secret appeared on epp-host's stdout"
     );
     assert!(
         !host.log().contains(SECRET_KEY),
-        "the API key appeared on epp-host's stderr"
+        "the secret appeared on epp-host's stderr"
     );
 }
 
@@ -32,11 +37,11 @@ fn guest_environment_holds_only_provider_settings() {
     let origin = Echo::start("origin", "127.0.0.1");
     let mut host = HostBuilder::new()
         .origin(&origin)
-        .env("OPEN_SANDBOX_API_KEY", "sk-second-spelling-of-the-key")
-        .env("OPENSANDBOX_API_KEY", "sk-third-spelling-of-the-key")
+        .env(TOKEN_ENV_ALT, "sk-second-spelling-of-the-key")
         .env("ABX_SANDBOX_API_KEY", "sk-the-frameworks-own-key")
+        .env(ALLOW_HOSTS_ENV, "hosts-only-the-host-reads.example")
         .env("UNRELATED_TOKEN", "tok-not-a-provider-setting")
-        .env("ABX_OPENSANDBOX_DEFAULT_IMAGE", "visible/image:1")
+        .env(LABEL_ENV, "visible label")
         .env("HANDED_OVER", "yes-by-pass-env")
         .args(["--pass-env", "HANDED_OVER"])
         .spawn();
@@ -47,19 +52,19 @@ fn guest_environment_holds_only_provider_settings() {
         "the probe reports its environment as an error"
     );
     let vars: Vec<&str> = dump.lines().collect();
-    let base_url = format!("ABX_OPENSANDBOX_BASE_URL={}", origin.url(""));
+    let base_url = format!("{BASE_URL_ENV}={}", origin.url(""));
     assert!(vars.contains(&base_url.as_str()), "{dump}");
-    assert!(
-        vars.contains(&"ABX_OPENSANDBOX_DEFAULT_IMAGE=visible/image:1"),
-        "{dump}"
-    );
+    let label = format!("{LABEL_ENV}=visible label");
+    assert!(vars.contains(&label.as_str()), "{dump}");
     assert!(vars.contains(&"HANDED_OVER=yes-by-pass-env"), "{dump}");
     for hidden in [
         SECRET_KEY,
         "sk-second-spelling-of-the-key",
-        "sk-third-spelling-of-the-key",
         "sk-the-frameworks-own-key",
         "tok-not-a-provider-setting",
+        "hosts-only-the-host-reads",
+        TOKEN_ENV,
+        ALLOW_HOSTS_ENV,
         "API_KEY",
         "UNRELATED_TOKEN",
         "PATH=",
@@ -78,11 +83,12 @@ fn guest_environment_holds_only_provider_settings() {
 }
 
 #[test]
-fn pass_env_refuses_the_secrets() {
-    for name in [
-        "ABX_OPENSANDBOX_API_KEY",
-        "OPEN_SANDBOX_API_KEY",
-        "ABX_SANDBOX_API_KEY",
+fn pass_env_refuses_what_the_host_keeps() {
+    for (name, why) in [
+        (TOKEN_ENV, "is a secret the host keeps"),
+        (TOKEN_ENV_ALT, "is a secret the host keeps"),
+        ("ABX_SANDBOX_API_KEY", "is a secret the host keeps"),
+        (ALLOW_HOSTS_ENV, "providers never see it"),
     ] {
         let out = run_host_once(
             &[
@@ -99,23 +105,23 @@ fn pass_env_refuses_the_secrets() {
         );
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
-        assert!(
-            stderr.contains("is a secret the host keeps"),
-            "{name}: {stderr}"
-        );
+        assert!(stderr.contains(why), "{name}: {stderr}");
+        assert!(stderr.contains(&format!("--pass-env {name}")), "{stderr}");
         assert!(!stderr.contains(SECRET_KEY), "{stderr}");
         assert!(out.stdout.is_empty());
     }
 }
 
 #[test]
-fn api_key_goes_to_the_origin_only_and_the_guest_cannot_forge_it() {
+fn secret_goes_to_the_origin_only_and_the_guest_cannot_forge_it() {
     let origin = Echo::start("origin", "127.0.0.1");
     let same_host = Echo::start("same-host", "127.0.0.1");
     let listed = Echo::start("listed", "127.0.0.3");
+    let listed_env = Echo::start("listed-env", "127.0.0.4");
     let mut host = HostBuilder::new()
         .origin(&origin)
         .args(["--allow-host", "127.0.0.3"])
+        .env(ALLOW_HOSTS_ENV, "127.0.0.4")
         .spawn();
 
     let body = |resp: &serde_json::Value| -> serde_json::Value {
@@ -135,8 +141,13 @@ fn api_key_goes_to_the_origin_only_and_the_guest_cannot_forge_it() {
     assert_eq!(meta(&resp, "status"), Some("200"), "{resp}");
     assert_eq!(body(&resp)["api_key"], "host-key");
 
-    // Another port on the origin's host and an allow-listed host: allowed, no key.
-    for (server, path) in [(&same_host, "/same-host"), (&listed, "/listed")] {
+    // Another port on the origin's host and allow-listed hosts (by flag and by
+    // the provider's variable): allowed, no key.
+    for (server, path) in [
+        (&same_host, "/same-host"),
+        (&listed, "/listed"),
+        (&listed_env, "/listed-env"),
+    ] {
         for verb in ["fetch", "fetch-with-key"] {
             let resp = host.probe(&format!("{verb} {}", server.url(path)));
             assert_eq!(meta(&resp, "status"), Some("200"), "{verb} {path}: {resp}");
@@ -149,7 +160,7 @@ fn api_key_goes_to_the_origin_only_and_the_guest_cannot_forge_it() {
     for hit in &origin_hits {
         assert_eq!(hit.api_key.as_deref(), Some(SECRET_KEY), "{hit:?}");
     }
-    for server in [&same_host, &listed] {
+    for server in [&same_host, &listed, &listed_env] {
         let hits = server.hits();
         assert_eq!(hits.len(), 2, "{}: {hits:?}", server.name);
         assert!(
@@ -327,13 +338,52 @@ fn websocket_follows_the_same_policy_and_key_rules() {
     assert_no_secret(&host);
 }
 
+/// Without its origin set, the provider may reach only listed hosts, and the
+/// host says once what to set. Its secret header stays the host's even when
+/// the operator gave it no value.
+#[test]
+fn without_its_origin_the_provider_reaches_only_listed_hosts() {
+    let server = Echo::start("server", "127.0.0.1");
+    let listed = Echo::start("listed", "127.0.0.3");
+    let mut host = HostBuilder::new()
+        .env(TOKEN_ENV, SECRET_KEY)
+        .env(ALLOW_HOSTS_ENV, "127.0.0.3")
+        .spawn();
+    let resp = host.probe(&format!("fetch {}", server.url("/no-origin")));
+    assert_eq!(meta(&resp, "error"), Some("HTTP-request-denied"), "{resp}");
+    let resp = host.probe(&format!("fetch-with-key {}", listed.url("/listed")));
+    assert_eq!(meta(&resp, "set-header"), Some("forbidden"), "{resp}");
+    assert_eq!(meta(&resp, "status"), Some("200"), "{resp}");
+    assert!(server.hits().is_empty(), "{:?}", server.hits());
+    assert_eq!(listed.hits().len(), 1);
+    assert_eq!(listed.hits()[0].api_key, None);
+    let log = host.wait_log("no origin");
+    let warning: Vec<&str> = log
+        .lines()
+        .filter(|l| l.starts_with(ORIGIN_WARNING))
+        .collect();
+    assert_eq!(warning.len(), 1, "{log}");
+    assert!(warning[0].contains(BASE_URL_ENV), "{log}");
+    assert!(warning[0].contains(ALLOW_HOSTS_ENV), "{log}");
+    assert!(log.contains("may reach no origin"), "{log}");
+    assert_no_secret(&host);
+
+    // Origin set, secret not: nothing to send, and still nobody else's to set.
+    let mut host = HostBuilder::new().env(BASE_URL_ENV, server.url("")).spawn();
+    let resp = host.probe(&format!("fetch-with-key {}", server.url("/unset")));
+    assert_eq!(meta(&resp, "set-header"), Some("forbidden"), "{resp}");
+    assert_eq!(meta(&resp, "status"), Some("200"), "{resp}");
+    assert_eq!(server.hits().len(), 1);
+    assert_eq!(server.hits()[0].api_key, None);
+    assert!(!host.log().contains(ORIGIN_WARNING), "{}", host.log());
+}
+
 #[test]
 fn the_lab_has_loopback_only() {
     // Documents the safety net: when the tests run in their own namespace, its
     // only interface is loopback, so a broken policy could not send traffic out.
     if !isolated() {
-        eprintln!("not isolated; skipping the namespace check");
-        return;
+        return cannot_run("no private network namespace (needs root or CAP_SYS_ADMIN)");
     }
     let dev = in_lab(|| std::fs::read_to_string("/proc/thread-self/net/dev")).expect("net/dev");
     let interfaces: Vec<&str> = dev

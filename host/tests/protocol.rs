@@ -509,3 +509,208 @@ fn the_concurrency_cap_refuses_with_e9001() {
     // Slots come back.
     assert_eq!(result(&host.probe("echo again"))["sandbox_id"], "again");
 }
+
+/// The wire name of a typed sandbox-info, as the hand-written builder the codec
+/// replaced wrote it: the baseline of `codec_cost_end_to_end`.
+fn typed_info_json(info: epp_host::runtime::bindings::infra::SandboxInfo) -> Value {
+    let metadata: serde_json::Map<String, Value> = info
+        .metadata
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    json!({
+        "sandbox_id": info.sandbox_id,
+        "template": info.template,
+        "image": info.image,
+        "state": info.state,
+        "metadata": metadata,
+        "created_at": info.created_at,
+        "expires_at": info.expires_at,
+    })
+}
+
+/// The codec's cost per call next to the typed bindgen path, in process, each
+/// call on a fresh instance as the server does: a small sandbox-info
+/// (`echo x`) and a big one (`garbage`: 5002 metadata pairs, 1 MiB strings).
+/// Prints medians; asserts only that both paths answer the same bytes.
+/// `cargo test -p epp-host --release --test protocol -- --ignored --nocapture codec_cost`
+#[test]
+#[ignore = "a measurement, not a check; run it by name"]
+fn codec_cost_end_to_end() {
+    use clap::Parser;
+    use epp_host::cli::{Cli, Command};
+    use epp_host::rpc::codec::Codec;
+    use epp_host::rpc::json_out::to_vec;
+    use epp_host::rpc::methods::table;
+    use epp_host::runtime::Runtime;
+
+    let wasm = probe_wasm();
+    let cli = Cli::try_parse_from([
+        "epp-host".as_ref(),
+        "run".as_ref(),
+        wasm.as_os_str(),
+        "--allow-unsigned".as_ref(),
+        "--cache-dir".as_ref(),
+        shared_cache_dir().as_os_str(),
+    ])
+    .expect("flags");
+    let Command::Run { host, .. } = cli.command else {
+        unreachable!("parsed a run command")
+    };
+    let bytes = std::fs::read(wasm).expect("the probe");
+    let options = epp_host::config::load_options(&host, bytes).expect("options");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio");
+    rt.block_on(async {
+        let runtime = Runtime::load(options).await.expect("the probe loads");
+        let codec = Codec::new(runtime.component());
+        let method = table::find("sandbox.get_info").expect("sandbox.get_info");
+        let median = |mut times: Vec<Duration>| {
+            times.sort();
+            times[times.len() / 2]
+        };
+        for (id, rounds) in [("echo x", 400), ("garbage", 30)] {
+            let (mut typed, mut generic) = (Vec::new(), Vec::new());
+            let (mut typed_out, mut generic_out) = (Vec::new(), Vec::new());
+            for _ in 0..rounds {
+                let began = Instant::now();
+                let mut inst = runtime.instance().await.expect("instance");
+                let info = inst
+                    .provider
+                    .abx_epp_infra()
+                    .call_sandbox_get_info(&mut inst.store, id)
+                    .await
+                    .expect("no trap")
+                    .expect("an answer");
+                typed_out = to_vec(&typed_info_json(info));
+                typed.push(began.elapsed());
+
+                let began = Instant::now();
+                let mut inst = runtime.instance().await.expect("instance");
+                let params = json!({"sandbox_id": id});
+                let Value::Object(params) = params else {
+                    unreachable!()
+                };
+                let args = codec.args(method, method.function, params, &[]).expect("args");
+                let ok = codec
+                    .call(&mut inst, method.function, &args)
+                    .await
+                    .expect("an answer");
+                generic_out = to_vec(&codec.answer(method, ok).expect("json"));
+                generic.push(began.elapsed());
+            }
+            assert!(typed_out == generic_out, "{id}: the two paths differ");
+            eprintln!(
+                "sandbox.get_info `{id}` ({} bytes out): typed {:?}, codec {:?} (median of {rounds}, \
+                 instance + call + JSON)",
+                generic_out.len(),
+                median(typed),
+                median(generic)
+            );
+        }
+    });
+}
+
+#[test]
+fn plain_methods_are_projected_from_wit() {
+    let mut host = Host::start();
+    // A record answer, fields in WIT order, `-` as `_`, none as null.
+    let resp = host.call("sandbox.get_info", json!({"sandbox_id": "echo wit"}));
+    assert_eq!(
+        serde_json::to_string(result(&resp)).unwrap(),
+        r#"{"sandbox_id":"wit","template":"probe","image":null,"state":"ok","metadata":{},"created_at":null,"expires_at":null}"#
+    );
+    // Bad params never reach the provider; the message names the field.
+    let bad = |host: &mut Host, method: &str, params: Value, says: &str| {
+        let (code, epp, message) = error(&host.call(method, params));
+        assert_eq!(
+            (code, epp.as_str()),
+            (-32602, "E1001"),
+            "{method}: {message}"
+        );
+        assert!(message.contains(says), "{method}: {message}");
+        assert!(
+            message.starts_with(&format!("invalid params for {method}: ")),
+            "{message}"
+        );
+    };
+    bad(
+        &mut host,
+        "sandbox.get_info",
+        json!({"sandbox_id": "echo x", "sandboxId": "y"}),
+        "unknown field `sandboxId`, expected `sandbox_id`",
+    );
+    bad(
+        &mut host,
+        "files.list",
+        json!({"sandbox_id": "s", "path": "/", "depth": 0}),
+        "`depth` must be at least 1, got 0",
+    );
+    bad(
+        &mut host,
+        "pty.resize",
+        json!({"sandbox_id": "s", "pty_id": "p", "cols": 0, "rows": 24}),
+        "`cols` must be between 1 and 1000, got 0",
+    );
+    bad(
+        &mut host,
+        "pty.create",
+        json!({"sandbox_id": "s", "rows": 1001}),
+        "`rows` must be between 1 and 1000, got 1001",
+    );
+    bad(
+        &mut host,
+        "commands.send_input",
+        json!({"sandbox_id": "s", "command_id": "c", "data": "%%%"}),
+        "`data` is not valid base64",
+    );
+    bad(
+        &mut host,
+        "sandbox.set_timeout",
+        json!({"sandbox_id": "s", "timeout": -5}),
+        "`timeout` must be an integer from 0 to 4294967295, got -5",
+    );
+    bad(
+        &mut host,
+        "commands.run",
+        json!({"sandbox_id": "s", "cmd": "c", "timeout": 0}),
+        "`timeout` must be a positive number of seconds, got 0",
+    );
+    bad(
+        &mut host,
+        "commands.run",
+        json!({"sandbox_id": "s", "cmd": "c", "background": true, "stream": true}),
+        "cannot both be true",
+    );
+    bad(
+        &mut host,
+        "sandbox.list",
+        json!({"state": 5}),
+        "`state` must be a string",
+    );
+    // Good params reach the provider (which implements neither: its own E8004).
+    for (method, params) in [
+        (
+            "sandbox.list",
+            json!({"state": "running", "metadata": {"a": "b"}}),
+        ),
+        ("sandbox.list", json!({"state": ["running", "paused"]})),
+        ("files.list", json!({"sandbox_id": "s", "path": "/"})),
+        ("process.signal", json!({"sandbox_id": "s", "pid": 1})),
+        ("pty.create", json!({"sandbox_id": "s"})),
+        ("templates.list", json!({})),
+    ] {
+        let (code, epp, message) = error(&host.call(method, params));
+        assert_eq!(
+            (code, epp.as_str()),
+            (-32000, "E8004"),
+            "{method}: {message}"
+        );
+        assert!(
+            message.contains("the probe does not implement"),
+            "{method}: {message}"
+        );
+    }
+}

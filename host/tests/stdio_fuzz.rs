@@ -17,21 +17,11 @@
 mod common;
 mod strategies;
 
-#[path = "../src/runtime/bindings.rs"]
-mod bindings;
-#[path = "../src/rpc/errors.rs"]
-mod errors;
-#[path = "../src/rpc/wire.rs"]
-mod wire;
-mod runtime {
-    pub(crate) use crate::bindings;
-}
-
 use common::*;
+use epp_host::rpc::wire::{Incoming, id_from_head, parse};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 use strategies::{config, json_leaf as leaf, json_value as value};
-use wire::{Incoming, id_from_head, parse};
 
 /// `--max-line-bytes` of the host under test.
 const CAP: usize = 8192;

@@ -1,31 +1,15 @@
-//! Property tests of the stdio edge, compiled from the host's own
-//! `src/rpc/wire.rs` (with `errors.rs` and the WIT bindings it needs): reading
+//! Property tests of the stdio edge, the host library's `rpc::wire`: reading
 //! and classifying arbitrary input never panics, lines are split and bounded
 //! exactly, and a request-shaped line always yields something to answer under
 //! its own id. Bounded to a few hundred cases each (well under a second);
 //! `PROPTEST_CASES` raises it.
 
-// Only the wire edge of the host is compiled here: the rest of what these
-// modules define is unused in this test.
-#![allow(dead_code, unused_imports)]
-
-// The modules keep the paths they use inside the host (`crate::runtime::bindings`,
-// `super::errors`).
-#[path = "../src/runtime/bindings.rs"]
-mod bindings;
-#[path = "../src/rpc/errors.rs"]
-mod errors;
 mod strategies;
-#[path = "../src/rpc/wire.rs"]
-mod wire;
-mod runtime {
-    pub(crate) use crate::bindings;
-}
 
+use epp_host::rpc::wire::{Incoming, Line, LineReader, id_from_head, parse};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 use strategies::{config, json_leaf, json_value};
-use wire::{Incoming, Line, LineReader, id_from_head, parse};
 
 /// Bytes of an over-long line kept to look for its id (`wire::HEAD_KEEP`).
 const HEAD_KEEP: usize = 4096;

@@ -3,15 +3,22 @@
 // tests/jco/run transpiles dist/opensandbox.wasm (the signed release artifact,
 // unchanged) with `jco transpile --instantiation async` and runs this script.
 // Here we are the host: the import object below decides what the component may
-// do, as epp-host does under wasmtime. WASI comes from
-// @bytecodealliance/preview2-shim, except
-//   - wasi:cli/environment: the provider's settings only (the shim's default is
-//     the whole process.env; its `cli._setEnv` would replace that process-wide),
-//   - wasi:http/outgoing-handler: the shim's handler behind an allowlist,
+// do, as epp-host does under wasmtime, and it reads the same declaration:
+// `describe()` (the settings) and `needs()` (backend origin templates, secret
+// headers, allow-hosts variables). From these and the operator's environment it
+// makes the same grant as epp-host (docs/architecture.md, "grant model"):
+//   - wasi:cli/environment: the provider's declared settings only, minus the
+//     secrets the host injects and the allow-hosts variables (the shim's
+//     default is the whole process.env; its `cli._setEnv` would replace that
+//     process-wide),
+//   - wasi:http/outgoing-handler: the shim's handler behind the grant: the
+//     origin (any port on its host when the provider asks), listed hosts,
+//     nothing else; the secret headers are added here, in their scope, and the
+//     guest cannot set them,
 //   - abx:epp/memo: a Map with TTLs,
 //   - abx:epp/websocket: unavailable, every call answers a clear error.
-// Unlike epp-host this host hands the API key to the provider (the guest then
-// sends the header itself), and it enforces no memory, CPU or time limits.
+// Unlike epp-host it matches allow-list entries as exact host or host:port only,
+// and it enforces no memory, CPU or time limits.
 //
 // The shim performs HTTP synchronously on a worker thread (Atomics.wait), so a
 // call into the component blocks this thread: the testbed must run in another
@@ -27,6 +34,9 @@ import { dirname, join } from "node:path";
 import { parseArgs } from "node:util";
 import { pathToFileURL } from "node:url";
 import { cli, clocks, http, io, random } from "@bytecodealliance/preview2-shim";
+
+/** The agent framework's own key (EPP/1): no provider gets it. */
+const FRAMEWORK_KEY_ENV = "ABX_SANDBOX_API_KEY";
 
 export const WEBSOCKET_UNAVAILABLE =
   "WebSocket is not available under jco: terminals (pty.*) need epp-host";
@@ -57,25 +67,112 @@ function splitAuthority(authority, scheme) {
   return { host: m[1].replace(/\.$/, ""), port };
 }
 
+// ------------------------------------------------------------------ the grant
+
+/** The operator's value of a declared setting: its first variable set and not blank. */
+function settingValue(setting, operatorEnv) {
+  for (const name of setting.env) {
+    const value = operatorEnv[name]?.trim();
+    if (value) return value;
+  }
+  return undefined;
+}
+
+/** `{scheme, host, port}` of an `http(s)://host[:port][/path]` URL, or null. */
+function parseOrigin(text) {
+  const m = /^([A-Za-z]+):\/\/([^/?#]*)(\/[^?#]*)?$/.exec(text);
+  const scheme = m?.[1].toLowerCase();
+  if (scheme !== "http" && scheme !== "https") return null;
+  const dest = splitAuthority(m[2], scheme);
+  return dest && { scheme, ...dest };
+}
+
 /**
- * wasi:http/outgoing-handler that lets a request through only to `allowedHost`
- * (the testbed's host, any port: direct-mode sandbox endpoints live there, as
- * in epp-host's policy). Everything else gets `HTTP-request-denied` before any
- * connection is attempted; the guest reports that as E6001.
+ * The backend origin: the first template of `needs.origin` whose placeholders
+ * are all set (`{name}` = the operator's value of setting `name`,
+ * `{name=fallback}`) and that parses (the rule in wit/types.wit).
  */
-export function allowlistedHttp(inner, allowedHost, log) {
+export function resolveOrigin(info, needs, operatorEnv) {
+  for (const template of needs.origin) {
+    let unset = false;
+    const url = template.replace(/\{([^}=]+)(?:=([^}]*))?\}/g, (_, name, fallback) => {
+      const setting = info.settings.find((s) => s.name === name);
+      if (!setting) throw new Error(`needs() origin template ${template} reads undeclared setting ${name}`);
+      const value = settingValue(setting, operatorEnv) ?? fallback;
+      if (value === undefined) unset = true;
+      return value ?? "";
+    });
+    const origin = !unset && parseOrigin(url);
+    if (origin) return origin;
+  }
+  return null;
+}
+
+/**
+ * What the operator (`operatorEnv`, as epp-host's own environment) grants a
+ * provider that declares `info` and `needs`: its environment, origin, listed
+ * hosts and secret headers.
+ */
+export function grantFor(info, needs, operatorEnv) {
+  const secretHeaders = needs.secretHeaders.map((h) => {
+    const setting = info.settings.find((s) => s.name === h.setting);
+    if (!setting?.secret) throw new Error(`needs() injects ${h.setting}, which describe() does not declare secret`);
+    return { header: h.header.toLowerCase(), scope: h.scope, env: setting.env, value: settingValue(setting, operatorEnv) };
+  });
+  const withheld = new Set([FRAMEWORK_KEY_ENV, ...needs.allowHostsEnv, ...secretHeaders.flatMap((h) => h.env)]);
+  const env = {};
+  for (const name of info.settings.flatMap((s) => s.env)) {
+    if (!withheld.has(name) && operatorEnv[name] !== undefined) env[name] = operatorEnv[name];
+  }
+  const allowHosts = new Set(
+    needs.allowHostsEnv.flatMap((name) => (operatorEnv[name] ?? "").split(/[\s,]+/).filter(Boolean)).map((e) => e.toLowerCase()),
+  );
+  return {
+    env,
+    origin: resolveOrigin(info, needs, operatorEnv),
+    anyPort: needs.originHostAnyPort,
+    allowHosts,
+    secretHeaders,
+  };
+}
+
+/**
+ * wasi:http/outgoing-handler that enforces `grant`: a request goes through only
+ * to the origin (or any port on its host, when granted) or a listed host;
+ * everything else gets `HTTP-request-denied` before any connection is
+ * attempted (the guest reports that as E6001). The secret headers are added to
+ * requests in their scope. The guest cannot have set them: they are forbidden
+ * headers for it (see `ownHeaders`).
+ */
+export function grantedHttp(inner, grant, log) {
+  const encoder = new TextEncoder();
   return {
     handle(request, options) {
       const tag = request.scheme()?.tag;
       const scheme = tag === "HTTP" ? "http" : tag === "HTTPS" ? "https" : null;
       const dest = scheme && splitAuthority(request.authority(), scheme);
-      if (!dest || dest.host !== allowedHost) {
+      const origin = grant.origin;
+      const sameHost = Boolean(dest && origin && dest.host === origin.host);
+      const isOrigin = sameHost && dest.port === origin.port && scheme === origin.scheme;
+      const listed = Boolean(dest && (grant.allowHosts.has(dest.host) || grant.allowHosts.has(`${dest.host}:${dest.port}`)));
+      if (!dest || !(isOrigin || (grant.anyPort && sameHost) || listed)) {
         log.push(`${scheme ?? "?"}://${request.authority() ?? ""}`);
         throw { tag: "HTTP-request-denied" };
+      }
+      for (const h of grant.secretHeaders) {
+        const inScope = h.scope === "origin-host" ? sameHost : isOrigin;
+        // The request's fields are immutable to the guest by now; the shim's
+        // `entries()` is the list it sends, so the host appends to it.
+        if (inScope && h.value !== undefined) request.headers().entries().push([h.header, encoder.encode(h.value)]);
       }
       return inner.handle(request, options);
     },
   };
+}
+
+/** Makes the secret headers forbidden to the guest, as epp-host does (process-wide: one provider per run). */
+export function ownHeaders(grant) {
+  for (const h of grant.secretHeaders) http._forbiddenHeaders.add(h.header);
 }
 
 /** abx:epp/memo: bounded, entries expire after their TTL. */
@@ -113,7 +210,7 @@ export const noWebSocket = {
 };
 
 /** The import object for one instance with `env` as its whole environment. */
-export function imports({ env, allowedHost, denied }) {
+export function imports({ env, grant, denied }) {
   return {
     "wasi:cli/environment": {
       getEnvironment: () => Object.entries(env),
@@ -138,7 +235,7 @@ export function imports({ env, allowedHost, denied }) {
     "wasi:random/insecure": random.insecure,
     "wasi:random/insecure-seed": random.insecureSeed,
     "wasi:http/types": http.types,
-    "wasi:http/outgoing-handler": allowlistedHttp(http.outgoingHandler, allowedHost, denied),
+    "wasi:http/outgoing-handler": grantedHttp(http.outgoingHandler, grant, denied),
     "abx:epp/memo": memo(),
     "abx:epp/websocket": noWebSocket,
   };
@@ -190,8 +287,8 @@ const getCoreModule = (name) => {
   return compiled.get(name);
 };
 const denied = [];
-async function provider(env) {
-  const root = await instantiate(getCoreModule, imports({ env, allowedHost: testbed.hostname, denied }));
+async function provider(env, grant) {
+  const root = await instantiate(getCoreModule, imports({ env, grant, denied }));
   return root.infra;
 }
 
@@ -213,7 +310,29 @@ async function check(name, body) {
 
 const wasm = await readFile(args.wasm);
 const manifest = JSON.parse(await readFile(args.manifest, "utf8"));
-const infra = await provider({ ABX_OPENSANDBOX_BASE_URL: baseUrl, ABX_OPENSANDBOX_API_KEY: apiKey });
+// describe() and needs() do no I/O: ask an instance that may reach nothing.
+const declaring = await provider({}, { env: {}, origin: null, anyPort: false, allowHosts: new Set(), secretHeaders: [] });
+const info = declaring.describe();
+const needs = declaring.needs();
+/** The first environment variable of the declared setting `setting`. */
+function firstVarOf(setting) {
+  const s = info.settings.find((x) => x.name === setting);
+  if (!s) throw new Error(`the provider declares no setting ${setting}`);
+  return s.env[0];
+}
+// The setting of the first placeholder of the origin templates, and the first secret header's.
+const originSetting = /\{([^}=]+)/.exec(needs.origin.find((t) => t.includes("{")) ?? "")?.[1];
+const keySetting = needs.secretHeaders[0]?.setting;
+if (!originSetting || !keySetting) {
+  console.error(`jco: the provider declares no origin setting or no secret header: ${JSON.stringify(needs)}`);
+  process.exit(2);
+}
+// The operator's configuration, as epp-host would find it in its environment:
+// the provider's origin setting points at the testbed, its secret is the testbed's key.
+const operatorEnv = { [firstVarOf(originSetting)]: baseUrl, [firstVarOf(keySetting)]: apiKey };
+const grant = grantFor(info, needs, operatorEnv);
+ownHeaders(grant);
+const infra = await provider(grant.env, grant);
 let sandbox = null;
 
 await check("the released artifact runs unchanged", () => {
@@ -224,8 +343,7 @@ await check("the released artifact runs unchanged", () => {
   return `sha256 ${sha256.slice(0, 16)}…, signed`;
 });
 
-await check("describe() agrees with provider.json", () => {
-  const info = infra.describe();
+await check("describe() and needs() agree with provider.json", () => {
   expect(info.id === manifest.id && info.version === manifest.version, `${info.id} ${info.version}`);
   const caps = Object.fromEntries(info.capabilities.map((c) => [c.name, c.supported]));
   expect(JSON.stringify(caps) === JSON.stringify(manifest.capabilities), "capabilities differ");
@@ -237,7 +355,19 @@ await check("describe() agrees with provider.json", () => {
     description: s.description,
   }));
   expect(JSON.stringify(settings) === JSON.stringify(manifest.settings), "settings differ");
-  return `${Object.values(caps).filter(Boolean).length}/${info.capabilities.length} capabilities supported`;
+  // jco gives flags as an object of booleans keyed by camel-cased case names.
+  const flagged = Object.entries(needs.capabilities).filter(([, on]) => on).length;
+  expect(flagged === Object.values(caps).filter(Boolean).length, `needs() flags ${flagged} capabilities`);
+  const declared = {
+    origin: needs.origin,
+    origin_host_any_port: needs.originHostAnyPort,
+    allow_hosts_env: needs.allowHostsEnv,
+    secret_headers: needs.secretHeaders.map((h) => ({ setting: h.setting, header: h.header, scope: h.scope })),
+  };
+  expect(JSON.stringify(declared) === JSON.stringify(manifest.needs), `needs differ: ${JSON.stringify(declared)}`);
+  expect(grant.origin && grant.origin.port === Number(testbed.port || 80), `origin ${JSON.stringify(grant.origin)}`);
+  expect(!Object.values(grant.env).includes(apiKey), "the secret is in the provider's environment");
+  return `${Object.values(caps).filter(Boolean).length}/${info.capabilities.length} capabilities supported; origin ${grant.origin.scheme}://${grant.origin.host}:${grant.origin.port}`;
 });
 
 const created = await check("sandbox.create", () => {
@@ -305,11 +435,13 @@ if (created) {
   });
 }
 
-await check("a destination outside the allowlist is E6001", async () => {
-  // Another loopback address (never leaves the machine even if the allowlist
-  // were broken, and nothing listens there: a connection would be E5003).
+await check("a destination outside the grant is E6001", async () => {
+  // A provider that heads for a host it was not granted: its environment names
+  // another server than the operator's grant. Another loopback address (never
+  // leaves the machine even if the grant were broken, and nothing listens
+  // there: a connection would be E5003).
   const target = `http://127.0.0.2:${testbed.port || 80}`;
-  const other = await provider({ ABX_OPENSANDBOX_BASE_URL: target, ABX_OPENSANDBOX_API_KEY: apiKey });
+  const other = await provider({ ...grant.env, [firstVarOf(originSetting)]: target }, grant);
   const r = call(() => other.sandboxList({ states: [], metadata: [] }));
   expect(r.err, "sandbox.list reached a denied destination");
   expect(r.err.epp === "E6001", `got ${r.err.epp}: ${r.err.message}`);

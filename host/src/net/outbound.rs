@@ -1,12 +1,13 @@
 //! Outbound HTTP for the guest: every request passes the [`NetPolicy`] before a
-//! connection is made, host-owned headers are added here, and names are resolved
+//! connection is made, the provider's secret headers are added here (and only
+//! here: the guest cannot set them), and names are resolved
 //! by the host so a DNS answer pointing at a forbidden address is refused too.
 //!
 //! Connections are pooled (keep-alive) per destination; redirects are never
 //! followed (the guest sees the 3xx and decides, and every follow-up request is
 //! checked again).
 
-use super::policy::{Denied, Destination, NetPolicy, is_host_owned_header};
+use super::policy::{Denied, Destination, NetPolicy};
 use super::readahead::ReadAhead;
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -98,6 +99,8 @@ pub struct HttpClient {
     /// Never reuses a connection: for requests that must not be lost (`POST`).
     fresh: Client<Connector, WasiBody>,
     policy: Arc<NetPolicy>,
+    /// wasi:http's forbidden headers and the host-owned ones, made once.
+    forbidden: ForbiddenHeaderFilter,
 }
 
 impl HttpClient {
@@ -122,7 +125,7 @@ impl HttpClient {
             .pool_max_idle_per_host(64)
             .build(https.clone());
         // A server may close an idle connection at any moment (its keep-alive
-        // timeout; opensandbox-server's proxy after an upstream error). A
+        // timeout; a reverse proxy after an upstream error). A
         // request sent on it just then fails with a reset, and whether the
         // server acted on it is unknown, so the guest cannot retry it. Requests
         // that are not idempotent therefore always get a new connection: a
@@ -130,10 +133,15 @@ impl HttpClient {
         let fresh = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(0)
             .build(https);
+        let owner = policy.clone();
+        let forbidden: ForbiddenHeaderFilter = Arc::new(move |name: &http::HeaderName| {
+            DEFAULT_FORBIDDEN_HEADERS.contains(name) || owner.owns_header(name.as_str())
+        });
         HttpClient {
             client,
             fresh,
             policy,
+            forbidden,
         }
     }
 }
@@ -143,17 +151,13 @@ pub struct Outbound {
     pub client: HttpClient,
 }
 
-fn forbidden(name: &http::HeaderName) -> bool {
-    DEFAULT_FORBIDDEN_HEADERS.contains(name) || is_host_owned_header(name.as_str())
-}
-
 impl WasiHttpHooks for Outbound {
     fn is_forbidden_header(&mut self, name: &http::HeaderName) -> bool {
-        forbidden(name)
+        (self.client.forbidden)(name)
     }
 
     fn forbidden_header_filter(&mut self) -> ForbiddenHeaderFilter {
-        Arc::new(forbidden)
+        self.client.forbidden.clone()
     }
 
     fn send_request(
@@ -177,8 +181,13 @@ impl WasiHttpHooks for Outbound {
             uri.scheme_str().unwrap_or("https"),
             uri.authority().map(|a| a.as_str()).unwrap_or(""),
         )
-        .and_then(|dest| self.client.policy.check(&dest).map(|grant| (dest, grant)));
-        let (dest, grant) = match decision {
+        .and_then(|dest| {
+            self.client
+                .policy
+                .check(&dest)
+                .map(|allowed| (dest, allowed))
+        });
+        let (dest, allowed) = match decision {
             Ok(ok) => ok,
             Err(denied) => {
                 eprintln!("epp-host: denied outbound request: {denied}");
@@ -187,25 +196,11 @@ impl WasiHttpHooks for Outbound {
         };
         // Strip anything the guest managed to smuggle in, then add what the host owns.
         let headers = request.headers_mut();
-        let owned: Vec<_> = headers
-            .keys()
-            .filter(|k| is_host_owned_header(k.as_str()))
-            .cloned()
-            .collect();
-        for name in owned {
+        for name in self.client.policy.owned_headers() {
             headers.remove(name);
         }
-        for (name, value) in grant.inject {
-            match http::HeaderValue::from_str(&value) {
-                Ok(mut v) => {
-                    v.set_sensitive(true);
-                    headers.insert(name, v);
-                }
-                Err(_) => {
-                    eprintln!("epp-host: the API key contains characters not allowed in a header");
-                    return Box::new(async { Err(HttpError::ConfigurationError) });
-                }
-            }
+        for (name, value) in allowed.inject {
+            headers.insert(name, value);
         }
         let first_byte = clamp(options.and_then(|o| o.first_byte_timeout));
         let between_bytes = clamp(options.and_then(|o| o.between_bytes_timeout));

@@ -1,13 +1,17 @@
-//! Where the provider may connect, and which secret headers the host adds.
+//! Where the provider may connect, and which secret headers the host adds:
+//! the enforcement of a [`Grant`] (what the provider asked for, as far as the
+//! operator allows it; `grant.rs`).
 //!
-//! The rule (docs/security.md has the reasoning):
-//! - the configured OpenSandbox origin (scheme, host, port) is allowed, and only
-//!   requests to it get the API key header, added here so the guest never holds it;
-//! - any port on the origin's host is allowed without the key: in direct mode
-//!   the server hands out sandbox endpoints on its own host (Docker publishes
-//!   execd on a host port);
-//! - hosts listed in `ABX_OPENSANDBOX_ALLOW_HOSTS` or `--allow-host` are allowed
-//!   (names, `*.suffix` wildcards, `host:port`, IP addresses and CIDR ranges);
+//! The rule (docs/architecture.md has the reasoning):
+//! - the provider's origin (scheme, host, port) is allowed; with
+//!   `origin-host-any-port`, so is any port on the origin's host (a backend that
+//!   hands out endpoints on its own host, such as published container ports);
+//! - each declared secret header is added here, so the guest never holds it,
+//!   to requests in its scope only (the origin, or any port on its host), and
+//!   stripped from whatever the guest sends;
+//! - hosts listed in the provider's allow-hosts variables or `--allow-host` are
+//!   allowed (names, `*.suffix` wildcards, `host:port`, IP addresses and CIDR
+//!   ranges);
 //! - everything else is denied, and so are link-local and cloud-metadata
 //!   addresses (169.254.0.0/16, fe80::/10, metadata host names) unless an entry
 //!   names them exactly, however they were reached (an IP literal or a DNS name
@@ -16,7 +20,9 @@
 //! Matching is done on a normalised destination: lower case, no trailing dot,
 //! explicit port, IPv6 without brackets; a `user@` part is always refused.
 
-use opensandbox_settings::{ALLOW_HOSTS_ENV, API_KEY_HEADER, Origin, split_host_port};
+use super::grant::Grant;
+use crate::runtime::bindings::abx::epp::types::HeaderScope;
+use http::{HeaderName, HeaderValue};
 use std::fmt;
 use std::net::IpAddr;
 
@@ -197,100 +203,135 @@ fn is_metadata_name(host: &str) -> bool {
 
 /// What to do with a request the policy allows.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Grant {
-    /// Headers the host adds (the API key for the origin). Values are secret.
-    pub inject: Vec<(&'static str, String)>,
+pub struct Allowed {
+    /// Secret headers the host adds (values marked sensitive).
+    pub inject: Vec<(HeaderName, HeaderValue)>,
 }
 
-/// The host's outbound policy; cheap to clone into each store.
+/// A secret header with its value and scope.
+#[derive(Clone)]
+struct Injected {
+    name: HeaderName,
+    /// `None` when the operator did not set it: then the header is only stripped.
+    value: Option<HeaderValue>,
+    scope: HeaderScope,
+}
+
+/// The host's outbound policy; shared by every store.
 #[derive(Clone)]
 pub struct NetPolicy {
-    origin: Destination,
+    origin: Option<Destination>,
+    any_port: bool,
     patterns: Vec<Pattern>,
-    api_key: Option<String>,
+    headers: Vec<Injected>,
+    /// What the provider may reach by its declaration, in words (for messages).
+    reach: String,
+    /// Where the operator lists more hosts, in words (for messages).
+    allow_hint: String,
 }
 
 impl fmt::Debug for NetPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let headers: Vec<(&str, &str)> = self
+            .headers
+            .iter()
+            .map(|h| {
+                let value = if h.value.is_some() {
+                    "<redacted>"
+                } else {
+                    "<unset>"
+                };
+                (h.name.as_str(), value)
+            })
+            .collect();
         f.debug_struct("NetPolicy")
             .field("origin", &self.origin)
+            .field("any_port", &self.any_port)
             .field("patterns", &self.patterns)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("headers", &headers)
             .finish()
     }
 }
 
 impl NetPolicy {
-    /// `allow` holds entries from `ABX_OPENSANDBOX_ALLOW_HOSTS` and `--allow-host`,
-    /// separated by commas or spaces.
-    pub fn new(origin: &Origin, allow: &[String], api_key: Option<String>) -> Result<Self, String> {
-        let origin = Destination {
-            scheme: if origin.scheme == "https" {
-                "https"
-            } else {
-                "http"
-            },
-            host: origin.host.clone(),
-            port: origin.port,
-        };
+    /// Enforces `grant`; fails on an allow-list entry that cannot be parsed,
+    /// naming where it came from.
+    pub fn new(grant: &Grant) -> Result<Self, String> {
         let mut patterns = Vec::new();
-        for entry in allow
-            .iter()
-            .flat_map(|s| s.split([',', ' ', '\n', '\t']))
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-        {
-            patterns.push(
-                Pattern::parse(entry)
-                    .map_err(|e| format!("{ALLOW_HOSTS_ENV} / --allow-host: {e}"))?,
-            );
+        for list in &grant.allow {
+            for entry in list.each() {
+                patterns.push(Pattern::parse(entry).map_err(|e| format!("{}: {e}", list.source))?);
+            }
         }
         Ok(NetPolicy {
-            origin,
+            origin: grant.origin.as_ref().map(|o| o.dest.clone()),
+            any_port: grant.origin_host_any_port,
             patterns,
-            api_key,
+            headers: grant
+                .secret_headers
+                .iter()
+                .map(|h| Injected {
+                    name: h.header.clone(),
+                    value: h.value.clone(),
+                    scope: h.scope,
+                })
+                .collect(),
+            reach: grant.reach(),
+            allow_hint: grant.allow_hint(),
         })
     }
 
+    /// Allows nothing and adds nothing (for a provider that is only asked to
+    /// describe itself).
+    pub fn deny_all() -> Self {
+        NetPolicy::new(&Grant::nothing()).expect("an empty grant has no entries to parse")
+    }
+
     /// Decides on a destination before any connection is made.
-    pub fn check(&self, dest: &Destination) -> Result<Grant, Denied> {
+    pub fn check(&self, dest: &Destination) -> Result<Allowed, Denied> {
         let ip = dest.ip();
         let exact = self
             .patterns
             .iter()
             .any(|p| p.is_exact() && p.matches(dest, ip));
-        let same_host = dest.host == self.origin.host;
-        let is_origin =
-            same_host && dest.port == self.origin.port && dest.scheme == self.origin.scheme;
+        let same_host = self.origin.as_ref().is_some_and(|o| o.host == dest.host);
+        let is_origin = self.origin.as_ref() == Some(dest);
         let listed = self.patterns.iter().any(|p| p.matches(dest, ip));
         // The origin host itself counts as explicitly configured.
         let sensitive_ok = exact || same_host;
         if !sensitive_ok && (ip.is_some_and(is_sensitive_ip) || is_metadata_name(&dest.host)) {
             return Err(Denied(format!(
                 "{dest} is a link-local or cloud-metadata address, which providers may not reach; \
-                 if you really mean it, list it exactly in {ALLOW_HOSTS_ENV} or --allow-host"
+                 if you really mean it, list it exactly in {}",
+                self.allow_hint
             )));
         }
-        if !(same_host || listed) {
+        if !(is_origin || (self.any_port && same_host) || listed) {
             return Err(Denied(format!(
-                "{dest} is not allowed by epp-host's network policy: the provider may reach its \
-                 server {origin} (any port on that host) and hosts listed in {ALLOW_HOSTS_ENV} \
-                 or --allow-host; add `{host}` there if it is a sandbox endpoint you trust",
-                origin = self.origin,
+                "{dest} is not allowed by epp-host's network policy: the provider may reach \
+                 {reach} and hosts listed in {hint}; add `{host}` there if it is a sandbox \
+                 endpoint or server you trust",
+                reach = self.reach,
+                hint = self.allow_hint,
                 host = dest.host,
             )));
         }
-        let inject = match (&self.api_key, is_origin) {
-            (Some(key), true) => vec![(API_KEY_HEADER, key.clone())],
-            _ => Vec::new(),
-        };
-        Ok(Grant { inject })
+        let inject = self
+            .headers
+            .iter()
+            .filter(|h| match h.scope {
+                HeaderScope::Origin => is_origin,
+                HeaderScope::OriginHost => same_host,
+            })
+            .filter_map(|h| Some((h.name.clone(), h.value.clone()?)))
+            .collect();
+        Ok(Allowed { inject })
     }
 
     /// Whether the operator named `host` itself: the origin's host or an exact
     /// allow-list entry. Only such names may resolve to link-local addresses.
     pub fn vouches_for(&self, host: &str) -> bool {
-        host == self.origin.host
+        self.origin.as_ref().is_some_and(|o| o.host == host)
             || self
                 .patterns
                 .iter()
@@ -303,16 +344,57 @@ impl NetPolicy {
         if is_sensitive_ip(ip) && !self.vouches_for(host) {
             return Err(Denied(format!(
                 "`{host}` resolves to the link-local address {ip}, which providers may not reach; \
-                 list `{host}` exactly in {ALLOW_HOSTS_ENV} or --allow-host to allow it"
+                 list `{host}` exactly in {} to allow it",
+                self.allow_hint
             )));
         }
         Ok(())
     }
+
+    /// Headers the guest may never set: the declared secret headers, which the
+    /// host owns whether or not the operator gave them a value.
+    pub fn owned_headers(&self) -> impl Iterator<Item = &HeaderName> {
+        self.headers.iter().map(|h| &h.name)
+    }
+
+    /// Whether the host owns the header `name` (any case).
+    pub fn owns_header(&self, name: &str) -> bool {
+        self.headers
+            .iter()
+            .any(|h| h.name.as_str().eq_ignore_ascii_case(name))
+    }
 }
 
-/// Headers the guest may never set: the host owns them.
-pub fn is_host_owned_header(name: &str) -> bool {
-    name.eq_ignore_ascii_case(API_KEY_HEADER) || name.eq_ignore_ascii_case("x-execd-access-token")
+fn parse_port(port: Option<&str>, default_port: u16) -> Option<u16> {
+    match port {
+        Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0),
+        None => Some(default_port),
+    }
+}
+
+/// Splits `host[:port]` (IPv6 in brackets), lower-cases the host and drops a trailing dot.
+pub fn split_host_port(authority: &str, default_port: u16) -> Option<(String, u16)> {
+    if let Some(rest) = authority.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        let port = match after {
+            "" => None,
+            p => Some(p.strip_prefix(':')?),
+        };
+        // Canonical text, so `[0:0::1]` and `[::1]` are the same host.
+        let canonical = host.parse::<std::net::Ipv6Addr>().ok()?.to_string();
+        return Some((canonical, parse_port(port, default_port)?));
+    }
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (authority, None),
+    };
+    let port = parse_port(port, default_port)?;
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    let valid = !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
+    valid.then_some((host, port))
 }
 
 #[cfg(test)]

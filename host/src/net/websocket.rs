@@ -4,10 +4,11 @@
 //!
 //! The handshake goes through the same policy as HTTP: the destination is
 //! checked, names are resolved by the host and checked again, the guest cannot
-//! set host-owned headers, and the API key is added only for the origin.
+//! set host-owned headers, and the provider's secret headers are added only to
+//! destinations in their scope.
 
 use super::outbound::{CONNECT_TIMEOUT, resolve_checked};
-use super::policy::{Destination, NetPolicy, is_host_owned_header};
+use super::policy::{Destination, NetPolicy};
 use futures::stream::{SplitSink, SplitStream};
 use futures::{SinkExt, StreamExt};
 use std::collections::HashMap;
@@ -123,13 +124,13 @@ impl Sockets {
         }
         let dest = Destination::parse(scheme, uri.authority().map(|a| a.as_str()).unwrap_or(""))
             .map_err(|d| WsError::Denied(d.0))?;
-        let grant = self.policy.check(&dest).map_err(|d| WsError::Denied(d.0))?;
+        let allowed = self.policy.check(&dest).map_err(|d| WsError::Denied(d.0))?;
 
         let mut request = url
             .into_client_request()
             .map_err(|e| WsError::InvalidArgument(format!("`{url}`: {e}")))?;
         for (name, value) in headers {
-            if is_host_owned_header(&name) {
+            if self.policy.owns_header(&name) {
                 continue;
             }
             let name = http::HeaderName::from_bytes(name.as_bytes())
@@ -139,11 +140,7 @@ impl Sockets {
             })?;
             request.headers_mut().insert(name, value);
         }
-        for (name, value) in grant.inject {
-            let mut value = http::HeaderValue::from_str(&value).map_err(|_| {
-                WsError::InvalidArgument("the API key is not a valid header value".into())
-            })?;
-            value.set_sensitive(true);
+        for (name, value) in allowed.inject {
             request.headers_mut().insert(name, value);
         }
 

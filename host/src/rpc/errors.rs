@@ -1,6 +1,7 @@
 //! JSON-RPC error objects and the EPP codes they carry (docs/epp-1.md §6).
 
 use crate::runtime::bindings::{EppError, ErrorCode};
+use crate::runtime::limits::LimitHit;
 use serde_json::{Map, Value, json};
 
 pub const PARSE_ERROR: i64 = -32700;
@@ -33,6 +34,24 @@ pub fn epp_code(code: ErrorCode) -> &'static str {
         ErrorCode::Unsupported => "E8004",
         ErrorCode::ProviderFault => "E9001",
     }
+}
+
+/// An EPP error code by its WIT case name (`not-found`).
+pub fn error_code(name: &str) -> Option<ErrorCode> {
+    Some(match name {
+        "invalid-argument" => ErrorCode::InvalidArgument,
+        "configuration" => ErrorCode::Configuration,
+        "credentials-rejected" => ErrorCode::CredentialsRejected,
+        "not-found" => ErrorCode::NotFound,
+        "conflict" => ErrorCode::Conflict,
+        "upstream" => ErrorCode::Upstream,
+        "unreachable" => ErrorCode::Unreachable,
+        "timed-out" => ErrorCode::TimedOut,
+        "denied-by-policy" => ErrorCode::DeniedByPolicy,
+        "unsupported" => ErrorCode::Unsupported,
+        "provider-fault" => ErrorCode::ProviderFault,
+        _ => return None,
+    })
 }
 
 impl RpcError {
@@ -106,6 +125,28 @@ impl RpcError {
             err.data.insert("upstream_code".into(), json!(code));
         }
         err
+    }
+
+    /// A trap as an EPP error: the cause in one line for the client, the whole
+    /// backtrace in the host log.
+    pub fn from_trap(trap: &wasmtime::Error) -> RpcError {
+        if let Some(hit) = trap.downcast_ref::<LimitHit>() {
+            return RpcError::fault(hit.to_string());
+        }
+        eprintln!("epp-host: provider trap: {trap:?}");
+        let cause = match trap.downcast_ref::<wasmtime::Trap>() {
+            Some(wasmtime::Trap::UnreachableCodeReached) => "it panicked or aborted".to_string(),
+            Some(code) => format!("wasm trap: {code}"),
+            None => trap
+                .to_string()
+                .lines()
+                .next()
+                .unwrap_or("unknown")
+                .to_string(),
+        };
+        RpcError::fault(format!(
+            "the provider crashed ({cause}; details in the host log); this request failed, the host keeps serving"
+        ))
     }
 
     pub fn to_json(&self) -> Value {

@@ -4,7 +4,6 @@
 use super::errors::RpcError;
 use serde_json::{Value, json};
 use std::io::Write;
-use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -19,13 +18,9 @@ const DIRECT: usize = 64 << 10;
 #[derive(Clone)]
 pub enum Outbox {
     Wire(mpsc::Sender<Vec<u8>>),
-    Terminal(Arc<Terminal>),
-}
-
-/// What `epp-host call` keeps: the answer, and streaming output printed as it comes.
-#[derive(Default)]
-pub struct Terminal {
-    pub answer: Mutex<Option<Result<Value, RpcError>>>,
+    /// `epp-host call`: notifications are printed as they come; the caller
+    /// prints the answer itself.
+    Terminal,
 }
 
 impl Outbox {
@@ -89,13 +84,12 @@ impl Outbox {
                 line.push(b'\n');
                 let _ = tx.send(line).await;
             }
-            Outbox::Terminal(_) => unreachable!("terminal messages are handled by the callers"),
+            Outbox::Terminal => unreachable!("terminal messages are handled by the callers"),
         }
     }
 
     pub async fn respond(&self, id: Value, result: Result<Value, RpcError>) {
-        if let Outbox::Terminal(t) = self {
-            *t.answer.lock().expect("lock") = Some(result);
+        if let Outbox::Terminal = self {
             return;
         }
         let message = match result {
@@ -106,7 +100,7 @@ impl Outbox {
     }
 
     pub async fn notify(&self, method: &str, params: Value) {
-        if let Outbox::Terminal(_) = self {
+        if let Outbox::Terminal = self {
             print_notification(method, &params);
             return;
         }

@@ -2,6 +2,7 @@
 //! provider instance; answers and notifications go through one writer; cancel,
 //! concurrency cap, per-request deadline and a graceful end of input.
 
+use super::codec::Codec;
 use super::errors::RpcError;
 use super::methods::{self, CallCtx};
 use super::outbox::Outbox;
@@ -31,6 +32,7 @@ struct Inflight {
 /// State shared by the reader loop and the request tasks.
 pub struct Server {
     runtime: Arc<Runtime>,
+    codec: Arc<Codec>,
     out: Outbox,
     opts: ServeOptions,
     inflight: Mutex<HashMap<String, Inflight>>,
@@ -49,6 +51,7 @@ fn id_key(id: &Value) -> String {
 impl Server {
     pub fn new(runtime: Arc<Runtime>, out: Outbox, opts: ServeOptions) -> Arc<Server> {
         Arc::new(Server {
+            codec: Arc::new(Codec::new(runtime.component())),
             runtime,
             out,
             slots: Arc::new(Semaphore::new(opts.max_concurrent)),
@@ -183,48 +186,24 @@ impl Server {
         params: Map<String, Value>,
         cancel: oneshot::Receiver<()>,
     ) {
-        let ctx = CallCtx {
-            runtime: self.runtime.clone(),
-            out: self.out.clone(),
-            id: id.clone(),
-            max_output_bytes: self.opts.max_output_bytes,
-            started: Mutex::new(None),
-            background: self.background.clone(),
-            answered: Mutex::new(Vec::new()),
-        };
-        let deadline = methods::deadline(&method, &params, self.opts.call_timeout);
-        let work = async {
-            match deadline {
-                Some(limit) => tokio::time::timeout(limit, methods::call(&ctx, &method, params))
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(RpcError::fault(format!(
-                            "{method} took longer than {}s and was stopped (raise --call-timeout, or pass a timeout)",
-                            limit.as_secs()
-                        )))
-                    }),
-                None => methods::call(&ctx, &method, params).await,
-            }
-        };
+        let ctx = CallCtx::new(
+            self.runtime.clone(),
+            self.codec.clone(),
+            self.out.clone(),
+            id.clone(),
+            self.opts.max_output_bytes,
+            self.background.clone(),
+        );
         let cancelled = async {
             if cancel.await.is_err() {
                 std::future::pending::<()>().await;
             }
         };
-        let result = tokio::select! {
-            result = work => result,
-            () = cancelled => Err(RpcError::cancelled()),
-        };
-        if result.is_err() {
-            // Whatever this request started in a sandbox must not outlive it.
-            ctx.abandon().await;
-        }
+        let result = answer(&ctx, &method, params, self.opts.call_timeout, cancelled).await;
         self.out.respond(id, result).await;
         ctx.mark_answered();
     }
 
-    /// End of input: let requests finish within the grace period, cancel the rest,
-    /// stop terminal pumps and close connections.
     /// Resolves when no request is in flight.
     async fn idle(&self) {
         loop {
@@ -236,6 +215,8 @@ impl Server {
         }
     }
 
+    /// End of input: let requests finish within the grace period, cancel the rest,
+    /// stop terminal pumps and close connections.
     async fn drain(&self) {
         if tokio::time::timeout(self.opts.shutdown_grace, self.idle())
             .await
@@ -260,4 +241,40 @@ impl Server {
         self.background.lock().expect("lock").abort_all();
         self.runtime.close_connections().await;
     }
+}
+
+/// The one path of every request, for `run` and `epp-host call` alike: the
+/// method under its deadline (`methods::deadline`) until it is done or
+/// `cancelled` resolves; whatever a failed request started in a sandbox is
+/// stopped before its answer goes out.
+pub async fn answer(
+    ctx: &CallCtx,
+    method: &str,
+    params: Map<String, Value>,
+    call_timeout: Duration,
+    cancelled: impl Future<Output = ()>,
+) -> Result<Value, RpcError> {
+    let deadline = methods::deadline(method, &params, call_timeout);
+    let work = async {
+        match deadline {
+            Some(limit) => tokio::time::timeout(limit, methods::call(ctx, method, params))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(RpcError::fault(format!(
+                        "{method} took longer than {}s and was stopped (raise --call-timeout, or pass a timeout)",
+                        limit.as_secs()
+                    )))
+                }),
+            None => methods::call(ctx, method, params).await,
+        }
+    };
+    let result = tokio::select! {
+        result = work => result,
+        () = cancelled => Err(RpcError::cancelled()),
+    };
+    if result.is_err() {
+        // Whatever this request started in a sandbox must not outlive it.
+        ctx.abandon().await;
+    }
+    result
 }

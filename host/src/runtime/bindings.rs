@@ -16,5 +16,5 @@ wasmtime::component::bindgen!({
     require_store_data_send: true,
 });
 
-pub use abx::epp::types::{EppError, ErrorCode, ProviderInfo};
+pub use abx::epp::types::{Capabilities, EppError, ErrorCode, ProviderInfo};
 pub use exports::abx::epp::infra;

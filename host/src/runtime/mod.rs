@@ -1,22 +1,24 @@
 //! Loading a provider component and making instances of it.
 //!
 //! Load order: read the .wasm, verify its signature (`signing`), then compile
-//! it or take it from the cache, link only the allowed imports, build the
-//! `InstancePre` once and ask the provider to describe itself. Every request
-//! then gets a fresh `Store` and instance from the pooling allocator.
+//! it or take it from the cache, link only the allowed imports and build the
+//! `InstancePre` once. One instance that may reach nothing and sees no
+//! environment answers `describe()` and `needs()`; from these the caller's
+//! grant function decides the network policy and the guest's environment
+//! (`config.rs`). Every request then gets a fresh `Store` and instance from the
+//! pooling allocator, sharing that grant.
 
 pub mod bindings;
 pub mod cache;
+pub mod capabilities;
 pub mod engine;
 mod imports;
 pub mod limits;
 pub mod state;
 
-use crate::net::memo::Memo;
-use crate::net::outbound::HttpClient;
 use crate::net::policy::NetPolicy;
-use crate::net::websocket::Sockets;
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
+use bindings::abx::epp::types::ProviderNeeds;
 use bindings::{Provider, ProviderInfo, ProviderPre};
 use cache::CacheOutcome;
 use limits::Limits;
@@ -26,6 +28,17 @@ use std::sync::Arc;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Engine, Store, UpdateDeadline};
 
+/// What the operator grants a provider, decided from what it declares.
+pub struct Granted {
+    /// Where the provider may connect and which secret headers it gets.
+    pub policy: NetPolicy,
+    /// The only environment the guest sees.
+    pub guest_env: Vec<(String, String)>,
+}
+
+/// Decides the grant from `describe()` and `needs()`; an error refuses the provider.
+pub type GrantFn = Box<dyn FnOnce(&ProviderInfo, &ProviderNeeds) -> Result<Granted> + Send>;
+
 /// What `Runtime::load` needs.
 pub struct LoadOptions {
     pub wasm: Vec<u8>,
@@ -33,8 +46,8 @@ pub struct LoadOptions {
     pub limits: Limits,
     /// Instances alive at once (requests + terminals).
     pub instances: u32,
-    pub policy: NetPolicy,
-    pub guest_env: Vec<(String, String)>,
+    /// Called once, after `describe()` and `needs()`.
+    pub grant: GrantFn,
 }
 
 /// A loaded provider.
@@ -45,13 +58,18 @@ pub struct Runtime {
     shared: Arc<Shared>,
     /// The provider's own description (`describe`).
     pub info: ProviderInfo,
+    /// What the provider needs from its host (`needs`).
+    pub needs: ProviderNeeds,
     pub cache: CacheOutcome,
 }
 
 /// One instance, for one request.
 pub struct Instance {
     pub store: Store<StoreState>,
+    /// Typed bindings of the exports (streams, `describe`).
     pub provider: Provider,
+    /// The same instance, untyped: the generic codec calls exports by name.
+    pub raw: wasmtime::component::Instance,
 }
 
 /// Links exactly what a provider may import: wasi:io, clocks, random (incl. insecure seeds), basic
@@ -94,7 +112,9 @@ pub fn linker(engine: &Engine) -> Result<Linker<StoreState>> {
 }
 
 impl Runtime {
-    /// Compiles (or loads from cache) and links an already verified component.
+    /// Compiles (or loads from cache) and links an already verified component,
+    /// asks it what it is and needs, and applies the grant `opts.grant` makes
+    /// of that.
     pub async fn load(opts: LoadOptions) -> Result<Runtime> {
         let engine = engine::build(&opts.limits, opts.instances)?;
         let (component, cache) = cache::load(&engine, &opts.wasm, opts.cache_dir.as_deref())
@@ -106,62 +126,46 @@ impl Runtime {
         let pre = ProviderPre::new(pre)
             .map_err(anyhow::Error::from)
             .context("the component does not implement abx:epp/provider")?;
-        let policy = Arc::new(opts.policy);
-        let shared = Arc::new(Shared {
-            http: HttpClient::new(policy.clone()),
-            sockets: Sockets::new(policy),
-            memo: Memo::default(),
-            limits: opts.limits,
-            guest_env: opts.guest_env,
-        });
-        let mut runtime = Runtime {
-            engine,
-            component,
-            pre,
-            shared,
-            info: ProviderInfo {
-                id: String::new(),
-                version: String::new(),
-                capabilities: Vec::new(),
-                settings: Vec::new(),
-            },
-            cache,
-        };
-        let mut inst = runtime.instance().await?;
-        runtime.info = inst
-            .provider
-            .abx_epp_infra()
+        // describe() and needs() must do no I/O: the instance that answers
+        // them may reach nothing and sees no environment.
+        let nothing = Arc::new(Shared::new(NetPolicy::deny_all(), Vec::new(), opts.limits));
+        let mut inst = instantiate(&engine, &pre, nothing).await?;
+        let infra = inst.provider.abx_epp_infra();
+        let info = infra
             .call_describe(&mut inst.store)
             .await
             .map_err(anyhow::Error::from)
             .context("the provider's describe() failed")?;
-        Ok(runtime)
+        let needs = infra
+            .call_needs(&mut inst.store)
+            .await
+            .map_err(anyhow::Error::from)
+            .context("the provider's needs() failed")?;
+        drop(inst);
+        check_capabilities(&info, &needs)?;
+        let granted = (opts.grant)(&info, &needs)
+            .with_context(|| format!("refusing to run provider `{}`", info.id))?;
+        let shared = Arc::new(Shared::new(granted.policy, granted.guest_env, opts.limits));
+        Ok(Runtime {
+            engine,
+            component,
+            pre,
+            shared,
+            info,
+            needs,
+            cache,
+        })
     }
 
     /// A fresh instance with the memory cap and CPU budget in place.
     pub async fn instance(&self) -> Result<Instance> {
-        let mut store = Store::new(&self.engine, StoreState::new(self.shared.clone()));
-        store.limiter(|s| &mut s.limiter);
-        store.set_epoch_deadline(1);
-        let limits = self.shared.limits;
-        store.epoch_deadline_callback(move |mut ctx| {
-            let state = ctx.data_mut();
-            state.cpu_ticks += 1;
-            if state.cpu_ticks > limits.cpu_budget_ticks {
-                return Err(wasmtime::Error::new(limits.cpu_hit()));
-            }
-            Ok(UpdateDeadline::Yield(1))
-        });
-        let provider = self.pre.instantiate_async(&mut store).await?;
-        Ok(Instance { store, provider })
+        instantiate(&self.engine, &self.pre, self.shared.clone()).await
     }
 
-    /// Whether the provider declared `capability` supported.
+    /// Whether the provider implements `capability` (a wire name, e.g.
+    /// `exec.stream`), by its `needs().capabilities`.
     pub fn supports(&self, capability: &str) -> bool {
-        self.info
-            .capabilities
-            .iter()
-            .any(|c| c.name == capability && c.supported)
+        capabilities::flag(capability).is_some_and(|f| self.needs.capabilities.contains(f))
     }
 
     pub fn engine(&self) -> &Engine {
@@ -175,5 +179,136 @@ impl Runtime {
     /// Closes every WebSocket (shutdown).
     pub async fn close_connections(&self) {
         self.shared.sockets.close_all().await
+    }
+}
+
+/// A fresh store and instance, with the memory cap and CPU budget in place.
+async fn instantiate(
+    engine: &Engine,
+    pre: &ProviderPre<StoreState>,
+    shared: Arc<Shared>,
+) -> Result<Instance> {
+    let limits = shared.limits;
+    let mut store = Store::new(engine, StoreState::new(shared));
+    store.limiter(|s| &mut s.limiter);
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |mut ctx| {
+        let state = ctx.data_mut();
+        state.cpu_ticks += 1;
+        if state.cpu_ticks > limits.cpu_budget_ticks {
+            return Err(wasmtime::Error::new(limits.cpu_hit()));
+        }
+        Ok(UpdateDeadline::Yield(1))
+    });
+    let raw = pre.instance_pre().instantiate_async(&mut store).await?;
+    let provider = Provider::new(&mut store, &raw)?;
+    Ok(Instance {
+        store,
+        provider,
+        raw,
+    })
+}
+
+/// `describe()` lists capabilities by name, `needs()` as flags: a provider
+/// whose two answers disagree is refused rather than half believed.
+fn check_capabilities(info: &ProviderInfo, needs: &ProviderNeeds) -> Result<()> {
+    for c in info.capabilities.iter().filter(|c| c.supported) {
+        if capabilities::flag(&c.name).is_none() {
+            bail!(
+                "the provider's describe() declares `{}` supported, which is not an EPP/1 capability",
+                c.name
+            );
+        }
+    }
+    for (name, flag) in capabilities::all() {
+        let described = info
+            .capabilities
+            .iter()
+            .any(|c| c.name == name && c.supported);
+        let needed = needs.capabilities.contains(flag);
+        if described != needed {
+            let (yes, no) = if described {
+                ("describe()", "needs()")
+            } else {
+                ("needs()", "describe()")
+            };
+            bail!(
+                "the provider contradicts itself about capability {name}: {yes} says it is \
+                 supported, {no} does not; refusing to load it"
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bindings::abx::epp::types::{Capabilities, Capability};
+
+    fn declared(described: &[(&str, bool)], needed: Capabilities) -> Result<()> {
+        let info = ProviderInfo {
+            id: "example".into(),
+            version: "1".into(),
+            capabilities: described
+                .iter()
+                .map(|(name, supported)| Capability {
+                    name: name.to_string(),
+                    supported: *supported,
+                })
+                .collect(),
+            settings: Vec::new(),
+        };
+        let needs = ProviderNeeds {
+            capabilities: needed,
+            origin: Vec::new(),
+            origin_host_any_port: false,
+            allow_hosts_env: Vec::new(),
+            secret_headers: Vec::new(),
+        };
+        check_capabilities(&info, &needs)
+    }
+
+    #[test]
+    fn describe_and_needs_must_agree() {
+        let both = Capabilities::SANDBOX_LIFECYCLE | Capabilities::PTY;
+        declared(
+            &[
+                ("sandbox.lifecycle", true),
+                ("pty", true),
+                ("files.rw", false),
+            ],
+            both,
+        )
+        .unwrap();
+        let err = declared(&[("sandbox.lifecycle", true)], both).unwrap_err();
+        assert!(
+            err.to_string().contains("capability pty: needs() says"),
+            "{err}"
+        );
+        let err = declared(
+            &[
+                ("sandbox.lifecycle", true),
+                ("pty", true),
+                ("exec.stream", true),
+            ],
+            both,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("capability exec.stream: describe() says"),
+            "{err}"
+        );
+        let err = declared(
+            &[
+                ("sandbox.lifecycle", true),
+                ("pty", true),
+                ("exec.teleport", true),
+            ],
+            both,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("`exec.teleport`"), "{err}");
     }
 }

@@ -3,6 +3,7 @@
 use super::limits::{Limits, MemoryLimiter};
 use crate::net::memo::Memo;
 use crate::net::outbound::{HttpClient, Outbound};
+use crate::net::policy::NetPolicy;
 use crate::net::websocket::Sockets;
 use std::sync::Arc;
 use wasmtime::component::ResourceTable;
@@ -17,6 +18,20 @@ pub struct Shared {
     pub limits: Limits,
     /// The only environment the guest sees.
     pub guest_env: Vec<(String, String)>,
+}
+
+impl Shared {
+    /// State for instances that reach what `policy` allows and see `guest_env`.
+    pub fn new(policy: NetPolicy, guest_env: Vec<(String, String)>, limits: Limits) -> Shared {
+        let policy = Arc::new(policy);
+        Shared {
+            http: HttpClient::new(policy.clone()),
+            sockets: Sockets::new(policy),
+            memo: Memo::default(),
+            limits,
+            guest_env,
+        }
+    }
 }
 
 /// The `T` of `Store<T>`: one per request.

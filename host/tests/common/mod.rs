@@ -26,78 +26,119 @@ use std::time::{Duration, Instant};
 /// How long any single expected answer may take before a test fails.
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
-/// The API key the tests give the host: recognisable, so a leak is easy to spot.
+/// The secret the tests give the host as the probe's `token` setting:
+/// recognisable, so a leak is easy to spot.
 pub const SECRET_KEY: &str = "sk-epp-test-9f8e7d6c5b4a-NEVER-IN-GUEST";
 
-/// The header that carries the key to the origin.
-pub const KEY_HEADER: &str = "open-sandbox-api-key";
+/// The probe's declared settings: its origin, a plain one, its secret and the
+/// variable in which the operator lists more hosts (tests/components/probe).
+pub const BASE_URL_ENV: &str = "EPP_PROBE_BASE_URL";
+pub const LABEL_ENV: &str = "EPP_PROBE_LABEL";
+pub const TOKEN_ENV: &str = "EPP_PROBE_TOKEN";
+pub const TOKEN_ENV_ALT: &str = "EPP_PROBE_TOKEN_ALT";
+pub const ALLOW_HOSTS_ENV: &str = "EPP_PROBE_ALLOW_HOSTS";
 
-// ------------------------------------------------------------------ the probe
+/// The header in which the host sends the probe's secret to its origin.
+pub const KEY_HEADER: &str = "x-probe-token";
 
-/// The probe component (`tests/components/probe`): `$EPP_PROBE_WASM` when set
-/// (a build step made it already), else built here once per test binary with
-/// `cargo build -p epp-probe-provider --target wasm32-wasip2 --release`, which
-/// is a no-op when it is up to date and always matches the current source.
-pub fn probe_wasm() -> &'static Path {
-    static WASM: OnceLock<PathBuf> = OnceLock::new();
-    WASM.get_or_init(|| match std::env::var_os("EPP_PROBE_WASM") {
-        Some(path) => {
-            let path = PathBuf::from(path);
-            assert!(
-                path.is_file(),
-                "EPP_PROBE_WASM={} is not a file; build the probe with \
-                 `cargo build -p epp-probe-provider --target wasm32-wasip2 --release` \
-                 or unset EPP_PROBE_WASM to let the tests build it",
-                path.display()
-            );
-            path
-        }
-        None => build_probe(),
-    })
+// ------------------------------------------------------------------ test components
+
+/// A test component under `tests/components/`: the `cargo` package that builds
+/// it and the variable that may name a .wasm a build step made already.
+pub struct TestComponent {
+    package: &'static str,
+    env: &'static str,
+    wasm: OnceLock<PathBuf>,
 }
 
-fn build_probe() -> PathBuf {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("host/ has a parent");
-    let output = Command::new(&cargo)
-        .current_dir(root)
-        .args([
-            "build",
-            "-p",
-            "epp-probe-provider",
-            "--target",
-            "wasm32-wasip2",
-            "--release",
-            "--message-format=json-render-diagnostics",
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cargo:?} to build the probe component: {e}"));
-    assert!(
-        output.status.success(),
-        "building the probe component failed \
-         (`cargo build -p epp-probe-provider --target wasm32-wasip2 --release`; \
-         is the target installed? `rustup target add wasm32-wasip2`):\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|msg| {
-            msg["reason"] == "compiler-artifact" && msg["target"]["name"] == "epp_probe_provider"
-        })
-        .flat_map(|msg| {
-            msg["filenames"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|f| f.as_str().map(PathBuf::from))
-        })
-        .find(|f| f.extension().is_some_and(|e| e == "wasm"))
-        .expect("cargo built epp-probe-provider but named no .wasm artifact")
+/// The hostile probe (`tests/components/probe`).
+pub static PROBE: TestComponent = TestComponent::new("epp-probe-provider", "EPP_PROBE_WASM");
+
+/// minibox, the second provider (`tests/components/minibox`).
+pub static MINIBOX: TestComponent = TestComponent::new("epp-minibox-provider", "EPP_MINIBOX_WASM");
+
+/// The probe's .wasm (see [`TestComponent::wasm`]).
+pub fn probe_wasm() -> &'static Path {
+    PROBE.wasm()
+}
+
+impl TestComponent {
+    const fn new(package: &'static str, env: &'static str) -> Self {
+        TestComponent {
+            package,
+            env,
+            wasm: OnceLock::new(),
+        }
+    }
+
+    /// The component's .wasm: `$ENV` when set, else built here once per test
+    /// binary with `cargo build -p PACKAGE --target wasm32-wasip2 --release`,
+    /// which is a no-op when it is up to date and always matches the source.
+    pub fn wasm(&'static self) -> &'static Path {
+        self.wasm
+            .get_or_init(|| match std::env::var_os(self.env) {
+                Some(path) => {
+                    let path = PathBuf::from(path);
+                    assert!(
+                        path.is_file(),
+                        "{}={} is not a file; build it with `{}` or unset {} to let \
+                         the tests build it",
+                        self.env,
+                        path.display(),
+                        self.build_command(),
+                        self.env
+                    );
+                    path
+                }
+                None => self.build(),
+            })
+            .as_path()
+    }
+
+    fn build_command(&self) -> String {
+        format!(
+            "cargo build -p {} --target wasm32-wasip2 --release",
+            self.package
+        )
+    }
+
+    fn build(&self) -> PathBuf {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("host/ has a parent");
+        let output = Command::new(&cargo)
+            .current_dir(root)
+            .args(["build", "-p", self.package])
+            .args(["--target", "wasm32-wasip2", "--release"])
+            .arg("--message-format=json-render-diagnostics")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {cargo:?} to build {}: {e}", self.package));
+        assert!(
+            output.status.success(),
+            "building {} failed (`{}`; is the target installed? \
+             `rustup target add wasm32-wasip2`):\n{}",
+            self.package,
+            self.build_command(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let target = self.package.replace('-', "_");
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|msg| msg["reason"] == "compiler-artifact" && msg["target"]["name"] == target)
+            .flat_map(|msg| {
+                msg["filenames"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|f| f.as_str().map(PathBuf::from))
+            })
+            .find(|f| f.extension().is_some_and(|e| e == "wasm"))
+            .unwrap_or_else(|| panic!("cargo built {} but named no .wasm artifact", self.package))
+    }
 }
 
 /// A compile cache shared by the tests of one build (private to this user, as
@@ -161,6 +202,17 @@ fn lab() -> &'static Lab {
 /// Whether the tests run in a namespace that has nothing but loopback.
 pub fn isolated() -> bool {
     lab().isolated
+}
+
+/// For a test that cannot run on this machine: fails it, saying why, unless
+/// `EPP_ALLOW_SKIP=1` allows skipping; then prints `skipped: WHY` and the test
+/// returns. A test that could not run never passes silently.
+pub fn cannot_run(why: &str) {
+    if std::env::var_os("EPP_ALLOW_SKIP").is_some_and(|v| v == "1") {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    panic!("this test cannot run here: {why}; set EPP_ALLOW_SKIP=1 to skip it instead");
 }
 
 /// Runs `f` on the lab thread (inside the private namespace).
@@ -234,14 +286,14 @@ pub struct Hit {
     pub path: String,
     /// Which connection it came on: 0 for the server's first, and so on.
     pub conn: usize,
-    /// The raw API key header, if any.
+    /// The raw secret header ([`KEY_HEADER`]), if any.
     pub api_key: Option<String>,
     pub websocket: bool,
 }
 
 /// A loopback HTTP + WebSocket server that tells the guest what it received,
-/// except the API key: for that it only says `host-key`, `absent` or `other`,
-/// so echoing never hands the key to the guest.
+/// except the secret header ([`KEY_HEADER`]): for that it only says `host-key`,
+/// `absent` or `other`, so echoing never hands the secret to the guest.
 ///
 /// - `GET /redirect?to=URL` answers 302 with `Location: URL`;
 /// - a WebSocket upgrade on any path answers each text message `T` with
@@ -566,8 +618,8 @@ impl HostBuilder {
 
     /// The provider's server is `origin`, and the host holds [`SECRET_KEY`].
     pub fn origin(self, origin: &Echo) -> Self {
-        self.env("ABX_OPENSANDBOX_BASE_URL", origin.url(""))
-            .env("ABX_OPENSANDBOX_API_KEY", SECRET_KEY)
+        self.env(BASE_URL_ENV, origin.url(""))
+            .env(TOKEN_ENV, SECRET_KEY)
     }
 
     fn command(&self) -> Command {

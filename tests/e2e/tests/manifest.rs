@@ -97,7 +97,7 @@ fn manifest_describes_the_signed_component() {
     assert_eq!(m["id"], "opensandbox");
     assert_eq!(m["kind"], "wasm-component");
     assert_eq!(m["protocol"], "EPP/1");
-    assert_eq!(m["wit_world"], "abx:epp/provider@1.0.0");
+    assert_eq!(m["wit_world"], "abx:epp/provider@1.1.0");
     assert_eq!(m["file"], "opensandbox.wasm");
     let size = std::fs::metadata(release.wasm()).unwrap().len();
     assert_eq!(m["size"], size);
@@ -118,6 +118,12 @@ fn manifest_describes_the_signed_component() {
     let base_url = settings.iter().find(|s| s["name"] == "base_url").unwrap();
     assert_eq!(base_url["default"], "http://127.0.0.1:8080");
     assert_eq!(base_url["secret"], false);
+    // What it needs from its host (needs(), abx:epp 1.1): names, never values.
+    let needs = &m["needs"];
+    assert_eq!(needs["origin"][0], "{base_url}");
+    assert_eq!(needs["allow_hosts_env"][0], "ABX_OPENSANDBOX_ALLOW_HOSTS");
+    assert_eq!(needs["secret_headers"][0]["setting"], "api_key");
+    assert_eq!(needs["secret_headers"][0]["scope"], "origin");
 
     // inspect derives the same manifest and finds the file beside the component.
     let (ok, report) = release.inspect();

@@ -1,29 +1,144 @@
 use super::*;
+use crate::net::grant::{AllowEntries, Origin, SecretHeader, Source, parse_origin_url};
 
-fn origin(url: &str) -> Origin {
-    Origin::parse_url("TEST", url).unwrap()
+/// The example provider's allow-list variable and secret header.
+const ALLOW_VAR: &str = "EXAMPLE_ALLOW_HOSTS";
+const KEY_HEADER: &str = "x-example-key";
+
+fn header(scope: HeaderScope, value: Option<&str>) -> SecretHeader {
+    SecretHeader {
+        setting: "api_key".into(),
+        header: HeaderName::from_static(KEY_HEADER),
+        scope,
+        env: vec!["EXAMPLE_API_KEY".into()],
+        var: value.map(|_| "EXAMPLE_API_KEY".into()),
+        value: value.map(|v| {
+            let mut v = HeaderValue::from_str(v).unwrap();
+            v.set_sensitive(true);
+            v
+        }),
+    }
+}
+
+/// A grant like a typical provider's: origin `url` (any port on its host), `allow`
+/// from the flag, the key in `scope`.
+fn grant(url: &str, allow: &[&str], key: Option<&str>, scope: HeaderScope) -> Grant {
+    Grant {
+        origin: Some(Origin {
+            template: "{base_url}".into(),
+            url: url.into(),
+            dest: parse_origin_url(url).unwrap(),
+        }),
+        origin_host_any_port: true,
+        allow: allow
+            .iter()
+            .map(|entries| AllowEntries {
+                source: Source::Flag,
+                entries: entries.to_string(),
+            })
+            .collect(),
+        allow_hosts_env: vec![ALLOW_VAR.into()],
+        secret_headers: vec![header(scope, key)],
+        ..Grant::nothing()
+    }
 }
 
 fn policy(url: &str, allow: &[&str], key: Option<&str>) -> NetPolicy {
-    let allow: Vec<String> = allow.iter().map(|s| s.to_string()).collect();
-    NetPolicy::new(&origin(url), &allow, key.map(str::to_string)).unwrap()
+    NetPolicy::new(&grant(url, allow, key, HeaderScope::Origin)).unwrap()
 }
 
 fn dest(scheme: &str, authority: &str) -> Destination {
     Destination::parse(scheme, authority).unwrap()
 }
 
+fn key(value: &str) -> Vec<(HeaderName, HeaderValue)> {
+    vec![(
+        HeaderName::from_static(KEY_HEADER),
+        HeaderValue::from_str(value).unwrap(),
+    )]
+}
+
 #[test]
 fn origin_gets_the_key_and_nothing_else_does() {
     let p = policy("http://127.0.0.1:8080", &[], Some("k-123"));
     let grant = p.check(&dest("http", "127.0.0.1:8080")).unwrap();
-    assert_eq!(grant.inject, vec![(API_KEY_HEADER, "k-123".to_string())]);
+    assert_eq!(grant.inject, key("k-123"));
+    assert!(grant.inject[0].1.is_sensitive());
     // Same host, other port: a sandbox endpoint in direct mode; allowed without the key.
     let grant = p.check(&dest("http", "127.0.0.1:40123")).unwrap();
     assert!(grant.inject.is_empty());
     // Same host and port but https: not the origin, no key.
     let grant = p.check(&dest("https", "127.0.0.1:8080")).unwrap();
     assert!(grant.inject.is_empty());
+}
+
+#[test]
+fn origin_host_scope_covers_every_port_of_the_host_only() {
+    let p = NetPolicy::new(&grant(
+        "http://127.0.0.1:8080",
+        &["127.0.0.3"],
+        Some("k-9"),
+        HeaderScope::OriginHost,
+    ))
+    .unwrap();
+    for (scheme, authority) in [
+        ("http", "127.0.0.1:8080"),
+        ("http", "127.0.0.1:40123"),
+        ("https", "127.0.0.1:8080"),
+    ] {
+        let grant = p.check(&dest(scheme, authority)).unwrap();
+        assert_eq!(grant.inject, key("k-9"), "{scheme}://{authority}");
+    }
+    // A listed host is reachable, but it is not the origin's host: no key.
+    assert!(
+        p.check(&dest("http", "127.0.0.3:8080"))
+            .unwrap()
+            .inject
+            .is_empty()
+    );
+}
+
+#[test]
+fn without_any_port_only_the_origin_itself_is_allowed() {
+    let mut g = grant(
+        "https://api.example.com",
+        &[],
+        Some("k"),
+        HeaderScope::Origin,
+    );
+    g.origin_host_any_port = false;
+    let p = NetPolicy::new(&g).unwrap();
+    assert_eq!(
+        p.check(&dest("https", "api.example.com"))
+            .unwrap()
+            .inject
+            .len(),
+        1
+    );
+    for (scheme, authority) in [
+        ("https", "api.example.com:8443"),
+        ("http", "api.example.com"),
+    ] {
+        let err = p.check(&dest(scheme, authority)).unwrap_err();
+        assert!(err.0.contains("not allowed"), "{authority}: {err}");
+        assert!(
+            err.0.contains("its origin https://api.example.com:443"),
+            "{err}"
+        );
+        assert!(!err.0.contains("any port"), "{err}");
+    }
+}
+
+#[test]
+fn an_unset_secret_is_not_sent_but_still_owned() {
+    let p = policy("http://127.0.0.1:8080", &[], None);
+    assert!(
+        p.check(&dest("http", "127.0.0.1:8080"))
+            .unwrap()
+            .inject
+            .is_empty()
+    );
+    assert!(p.owns_header(KEY_HEADER));
 }
 
 #[test]
@@ -37,9 +152,45 @@ fn other_hosts_are_denied_with_the_setting_named() {
         ("http", "10.0.0.5:44772"),
     ] {
         let err = p.check(&dest(scheme, authority)).unwrap_err();
-        assert!(err.0.contains(ALLOW_HOSTS_ENV), "{authority}: {err}");
+        assert!(err.0.contains(ALLOW_VAR), "{authority}: {err}");
+        assert!(err.0.contains("--allow-host"), "{authority}: {err}");
         assert!(err.0.contains("not allowed"), "{authority}: {err}");
+        // It says what the provider may reach: its origin.
+        assert!(
+            err.0
+                .contains("its origin http://127.0.0.1:8080 (any port on that host)"),
+            "{authority}: {err}"
+        );
     }
+}
+
+#[test]
+fn no_origin_means_only_listed_hosts() {
+    let mut g = grant(
+        "http://127.0.0.1:8080",
+        &["127.0.0.3"],
+        Some("k"),
+        HeaderScope::Origin,
+    );
+    g.origin = None;
+    g.skipped = vec![crate::net::grant::Skipped {
+        template: "{base_url}".into(),
+        why: "base_url is not set".into(),
+    }];
+    let p = NetPolicy::new(&g).unwrap();
+    let err = p.check(&dest("http", "127.0.0.1:8080")).unwrap_err();
+    assert!(err.0.contains("no origin"), "{err}");
+    // A listed host is reachable, and never gets the key.
+    assert!(
+        p.check(&dest("http", "127.0.0.3:1"))
+            .unwrap()
+            .inject
+            .is_empty()
+    );
+    // Nothing is allowed at all by the empty policy.
+    let none = NetPolicy::deny_all();
+    assert!(none.check(&dest("http", "127.0.0.1:8080")).is_err());
+    assert!(none.check(&dest("http", "127.0.0.3:1")).is_err());
 }
 
 #[test]
@@ -111,6 +262,7 @@ fn link_local_and_metadata_denied_unless_exactly_listed() {
     ] {
         let err = p.check(&dest("http", authority)).unwrap_err();
         assert!(err.0.contains("link-local"), "{authority}: {err}");
+        assert!(err.0.contains(ALLOW_VAR), "{authority}: {err}");
     }
     let p = policy("http://127.0.0.1:8080", &["169.254.169.254:80"], None);
     assert!(p.check(&dest("http", "169.254.169.254")).is_ok());
@@ -146,10 +298,14 @@ fn allow_list_forms() {
 }
 
 #[test]
-fn bad_allow_entries_are_reported() {
+fn bad_allow_entries_are_reported_with_their_source() {
     for entry in ["*.", "10.0.0.0/40", "user@host", "host:port:x:", "a/b"] {
-        let err = NetPolicy::new(&origin("http://h:1"), &[entry.to_string()], None).unwrap_err();
-        assert!(err.contains("--allow-host"), "{entry}: {err}");
+        let mut g = grant("http://h:1", &[entry], None, HeaderScope::Origin);
+        let err = NetPolicy::new(&g).unwrap_err();
+        assert!(err.starts_with("--allow-host: "), "{entry}: {err}");
+        g.allow[0].source = Source::Env(ALLOW_VAR.into());
+        let err = NetPolicy::new(&g).unwrap_err();
+        assert!(err.starts_with(&format!("{ALLOW_VAR}: ")), "{entry}: {err}");
     }
 }
 
@@ -165,6 +321,7 @@ fn resolved_addresses_are_checked() {
     assert!(p.check_resolved("rebind.example.com", link_local).is_ok());
     let err = p.check_resolved("a.example.org", link_local).unwrap_err();
     assert!(err.0.contains("resolves to the link-local"), "{err}");
+    assert!(err.0.contains(ALLOW_VAR), "{err}");
     let err = p
         .check_resolved("a.example.org", "fe80::1".parse().unwrap())
         .unwrap_err();
@@ -178,12 +335,25 @@ fn resolved_addresses_are_checked() {
 #[test]
 fn debug_never_shows_the_key() {
     let p = policy("http://127.0.0.1:8080", &[], Some("very-secret-key"));
-    assert!(!format!("{p:?}").contains("very-secret-key"));
+    let text = format!("{p:?}");
+    assert!(!text.contains("very-secret-key"), "{text}");
+    assert!(text.contains(KEY_HEADER), "{text}");
 }
 
 #[test]
-fn host_owned_headers() {
-    assert!(is_host_owned_header("open-sandbox-api-key"));
-    assert!(is_host_owned_header("X-EXECD-ACCESS-TOKEN"));
-    assert!(!is_host_owned_header("content-type"));
+fn host_owned_headers_are_exactly_the_declared_secret_headers() {
+    let p = policy("http://127.0.0.1:8080", &[], Some("k"));
+    assert!(p.owns_header(KEY_HEADER));
+    assert!(p.owns_header("X-Example-KEY"));
+    assert_eq!(
+        p.owned_headers()
+            .map(HeaderName::as_str)
+            .collect::<Vec<_>>(),
+        [KEY_HEADER]
+    );
+    // Headers the provider did not declare are the guest's own, e.g. an
+    // endpoint's access token the backend handed to the guest.
+    assert!(!p.owns_header("x-execd-access-token"));
+    assert!(!p.owns_header("content-type"));
+    assert!(!NetPolicy::deny_all().owns_header(KEY_HEADER));
 }

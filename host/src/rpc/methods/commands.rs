@@ -1,67 +1,74 @@
 //! exec.run and exec.stream: foreground commands are read as a stream of events,
-//! either forwarded as notifications (`stream: true`) or collected.
+//! either forwarded as notifications (`stream: true`) or collected. The params
+//! are decoded by the codec like any method's; `background` and `stream` are
+//! this adapter's own.
 
-use super::{CallCtx, drop_resource, guest, guest_res, kv_in, secs_to_ms};
+use super::{CallCtx, Method, drop_resource, guest_res, resource, take_flag};
 use crate::rpc::errors::RpcError;
 use crate::runtime::Instance;
-use crate::runtime::bindings::infra::{CommandEvent, CommandExit, CommandRequest};
-use serde::Deserialize;
-use serde_json::{Value, json};
-use std::collections::BTreeMap;
-use wasmtime::component::ResourceAny;
+use crate::runtime::bindings::infra::{CommandEvent, CommandExit};
+use serde_json::{Map, Value, json};
+use wasmtime::component::{ResourceAny, Val};
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RunParams {
-    sandbox_id: String,
-    cmd: String,
-    cwd: Option<String>,
-    #[serde(default)]
-    envs: BTreeMap<String, String>,
-    timeout: Option<f64>,
-    #[serde(default)]
-    background: bool,
-    #[serde(default)]
-    stream: bool,
-}
+/// This adapter's own params (not in WIT).
+const OWN: [&str; 2] = ["background", "stream"];
+/// The function behind `commands.run` with `background: true`.
+const START: &str = "commands-start";
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CommandParams {
-    sandbox_id: String,
-    command_id: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LogsParams {
-    sandbox_id: String,
-    command_id: String,
-    cursor: Option<u64>,
-}
-
-pub async fn run(ctx: &CallCtx, p: RunParams) -> Result<Value, RpcError> {
-    let method = "commands.run";
-    if p.background && p.stream {
+/// `commands.run`: in the foreground (collected or streamed), or in the background.
+pub async fn run(
+    ctx: &CallCtx,
+    method: &Method,
+    mut params: Map<String, Value>,
+) -> Result<Value, RpcError> {
+    let background = take_flag(method.name, &mut params, "background")?;
+    let forward = take_flag(method.name, &mut params, "stream")?;
+    if background && forward {
         return Err(RpcError::invalid_params(
-            method,
+            method.name,
             "`background` and `stream` cannot both be true; follow a background command with commands.logs",
         ));
     }
-    let req = CommandRequest {
-        sandbox_id: p.sandbox_id,
-        cmd: p.cmd,
-        cwd: p.cwd,
-        envs: kv_in(p.envs),
-        timeout_ms: secs_to_ms(method, "timeout", p.timeout)?,
-    };
-    let mut inst = ctx.instance().await?;
-    if p.background {
-        let command_id = guest!(inst, call_commands_start, &req)?;
-        return Ok(json!({"command_id": command_id}));
+    if !background {
+        return follow_call(ctx, method, params, forward).await;
     }
-    let stream = guest!(inst, call_commands_run, &req)?;
-    let result = follow(ctx, &mut inst, stream, &req.sandbox_id, p.stream).await;
+    let args = ctx.codec.args(method, START, params, &OWN)?;
+    let mut inst = ctx.instance().await?;
+    match ctx.codec.call(&mut inst, START, &args).await? {
+        Some(Val::String(command_id)) => Ok(json!({"command_id": command_id})),
+        _ => Err(RpcError::fault(format!(
+            "`{START}` did not answer a command id"
+        ))),
+    }
+}
+
+/// `sessions.run`: a command in a session, as `commands.run` in the foreground.
+pub async fn session_run(
+    ctx: &CallCtx,
+    method: &Method,
+    mut params: Map<String, Value>,
+) -> Result<Value, RpcError> {
+    let forward = take_flag(method.name, &mut params, "stream")?;
+    follow_call(ctx, method, params, forward).await
+}
+
+/// Calls a function that answers a command stream, and follows it.
+async fn follow_call(
+    ctx: &CallCtx,
+    method: &Method,
+    params: Map<String, Value>,
+    forward: bool,
+) -> Result<Value, RpcError> {
+    let sandbox_id = params
+        .get("sandbox_id")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let args = ctx.codec.args(method, method.function, params, &OWN)?;
+    let mut inst = ctx.instance().await?;
+    let ok = ctx.codec.call(&mut inst, method.function, &args).await?;
+    let stream = resource(method, ok)?;
+    let result = follow(ctx, &mut inst, stream, &sandbox_id, forward).await;
     drop_resource(&mut inst, stream).await;
     result
 }
@@ -97,7 +104,7 @@ impl Collected {
 }
 
 /// Drains a command stream until the command exits.
-pub async fn follow(
+async fn follow(
     ctx: &CallCtx,
     inst: &mut Instance,
     stream: ResourceAny,
@@ -212,34 +219,4 @@ async fn flush(
     } else {
         collected.push(to_stdout, text);
     }
-}
-
-pub async fn kill(ctx: &CallCtx, p: CommandParams) -> Result<Value, RpcError> {
-    let mut inst = ctx.instance().await?;
-    guest!(inst, call_commands_kill, &p.sandbox_id, &p.command_id).map(|()| json!({}))
-}
-
-pub async fn status(ctx: &CallCtx, p: CommandParams) -> Result<Value, RpcError> {
-    let mut inst = ctx.instance().await?;
-    let s = guest!(inst, call_commands_status, &p.sandbox_id, &p.command_id)?;
-    Ok(json!({
-        "command_id": s.command_id,
-        "running": s.running,
-        "exit_code": s.exit_code,
-        "error": s.error,
-        "started_at": s.started_at,
-        "finished_at": s.finished_at,
-    }))
-}
-
-pub async fn logs(ctx: &CallCtx, p: LogsParams) -> Result<Value, RpcError> {
-    let mut inst = ctx.instance().await?;
-    let logs = guest!(
-        inst,
-        call_commands_logs,
-        &p.sandbox_id,
-        &p.command_id,
-        p.cursor
-    )?;
-    Ok(json!({"output": logs.output, "cursor": logs.cursor}))
 }

@@ -2,16 +2,18 @@
 //! provider's reader/writer resources, so its memory stays small whatever the
 //! file size; base64 exists only here at the JSON edge.
 
-use super::process::decode_b64;
-use super::{CallCtx, drop_resource, guest, guest_res, trap_error};
+use super::{CallCtx, drop_resource, guest, guest_res};
+use crate::rpc::codec::decode;
 use crate::rpc::errors::RpcError;
 use crate::runtime::Instance;
-use crate::runtime::bindings::infra::{ByteRange, FileInfo, FileType};
+use crate::runtime::bindings::infra::ByteRange;
 use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use wasmtime::component::ResourceAny;
+use wasmtime::component::{ResourceAny, Val};
 
+/// The function that ends a write and answers the new file's info.
+const FINISH: &str = "[method]file-writer.finish";
 /// Bytes moved per call into or out of the provider.
 const CHUNK: usize = 1 << 20;
 /// Empty chunks in a row after which a file reader counts as stuck.
@@ -45,77 +47,6 @@ pub struct WriteParams {
     #[serde(default)]
     encoding: Encoding,
     mode: Option<Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PathParams {
-    sandbox_id: String,
-    path: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ListParams {
-    sandbox_id: String,
-    path: String,
-    #[serde(default = "one")]
-    depth: u32,
-}
-
-fn one() -> u32 {
-    1
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RenameParams {
-    sandbox_id: String,
-    old_path: String,
-    new_path: String,
-}
-
-pub fn info_json(info: FileInfo) -> Value {
-    let kind = match info.type_ {
-        FileType::File => "file",
-        FileType::Directory => "directory",
-        FileType::Symlink => "symlink",
-        FileType::Other => "other",
-    };
-    json!({
-        "path": info.path,
-        "name": info.name,
-        "type": kind,
-        "size": info.size,
-        "mode": format!("{:04o}", info.mode),
-        "owner": info.owner,
-        "group": info.group,
-        "modified_at": info.modified_at,
-    })
-}
-
-/// File modes are octal: `"644"`, `"0644"`, `"0o644"`, or a number whose digits
-/// are the octal digits (`644`), as OpenSandbox writes them.
-pub fn parse_mode(method: &str, mode: &Value) -> Result<u32, RpcError> {
-    let bad = |why: String| RpcError::invalid_params(method, why);
-    let digits = match mode {
-        Value::String(s) => s.trim_start_matches("0o").to_string(),
-        Value::Number(n) if n.is_u64() => n.to_string(),
-        other => {
-            return Err(bad(format!(
-                "mode must be octal digits like \"0644\" or 644, got {other}"
-            )));
-        }
-    };
-    let bits = u32::from_str_radix(&digits, 8).map_err(|_| {
-        bad(format!(
-            "mode `{digits}` is not octal; use digits 0-7 such as \"0644\""
-        ))
-    })?;
-    if bits > 0o7777 {
-        return Err(bad(format!("mode {digits} is beyond 7777")));
-    }
-    Ok(bits)
 }
 
 pub async fn read(ctx: &CallCtx, p: ReadParams) -> Result<Value, RpcError> {
@@ -173,7 +104,7 @@ async fn drain(
         .file_reader()
         .call_size(&mut inst.store, reader)
         .await
-        .map_err(|trap| trap_error(&trap))?;
+        .map_err(|trap| RpcError::from_trap(&trap))?;
     if size.is_some_and(|s| s > cap as u64) {
         return Err(too_big(path, cap));
     }
@@ -211,10 +142,19 @@ fn too_big(path: &str, cap: usize) -> RpcError {
 
 pub async fn write(ctx: &CallCtx, p: WriteParams) -> Result<Value, RpcError> {
     let method = "files.write";
-    let mode = p.mode.as_ref().map(|m| parse_mode(method, m)).transpose()?;
+    let mode = p
+        .mode
+        .as_ref()
+        .map(|m| decode::mode(m, "mode"))
+        .transpose()
+        .map_err(|e| RpcError::invalid_params(method, e))?;
     let bytes = match p.encoding {
         Encoding::Utf8 => p.content.into_bytes(),
-        Encoding::Base64 => decode_b64(method, "content", &p.content)?,
+        Encoding::Base64 => base64::engine::general_purpose::STANDARD
+            .decode(&p.content)
+            .map_err(|e| {
+                RpcError::invalid_params(method, format!("`content` is not valid base64 ({e})"))
+            })?,
     };
     let mut inst = ctx.instance().await?;
     let writer = guest!(
@@ -229,73 +169,15 @@ pub async fn write(ctx: &CallCtx, p: WriteParams) -> Result<Value, RpcError> {
         for chunk in bytes.chunks(CHUNK) {
             guest_res!(inst, file_writer.call_write, writer, chunk)?;
         }
-        guest_res!(inst, file_writer.call_finish, writer)
+        // Called by name so the codec answers the file-info, as files.get_info's.
+        let info = ctx
+            .codec
+            .call(&mut inst, FINISH, &[Val::Resource(writer)])
+            .await?
+            .ok_or_else(|| RpcError::fault(format!("`{FINISH}` answered nothing")))?;
+        ctx.codec.to_json(FINISH, info)
     }
     .await;
     drop_resource(&mut inst, writer).await;
-    result.map(info_json)
-}
-
-pub async fn list(ctx: &CallCtx, p: ListParams) -> Result<Value, RpcError> {
-    if p.depth == 0 {
-        return Err(RpcError::invalid_params(
-            "files.list",
-            "`depth` must be at least 1",
-        ));
-    }
-    let mut inst = ctx.instance().await?;
-    let entries = guest!(inst, call_files_list, &p.sandbox_id, &p.path, p.depth)?;
-    Ok(json!({"entries": entries.into_iter().map(info_json).collect::<Vec<_>>()}))
-}
-
-pub async fn get_info(ctx: &CallCtx, p: PathParams) -> Result<Value, RpcError> {
-    let mut inst = ctx.instance().await?;
-    guest!(inst, call_files_get_info, &p.sandbox_id, &p.path).map(info_json)
-}
-
-pub async fn exists(ctx: &CallCtx, p: PathParams) -> Result<Value, RpcError> {
-    let mut inst = ctx.instance().await?;
-    guest!(inst, call_files_exists, &p.sandbox_id, &p.path).map(|exists| json!({"exists": exists}))
-}
-
-pub async fn make_dir(ctx: &CallCtx, p: PathParams) -> Result<Value, RpcError> {
-    let mut inst = ctx.instance().await?;
-    guest!(inst, call_files_make_dir, &p.sandbox_id, &p.path)
-        .map(|created| json!({"created": created}))
-}
-
-pub async fn remove(ctx: &CallCtx, p: PathParams) -> Result<Value, RpcError> {
-    let mut inst = ctx.instance().await?;
-    guest!(inst, call_files_remove, &p.sandbox_id, &p.path).map(|()| json!({}))
-}
-
-pub async fn rename(ctx: &CallCtx, p: RenameParams) -> Result<Value, RpcError> {
-    let mut inst = ctx.instance().await?;
-    guest!(
-        inst,
-        call_files_rename,
-        &p.sandbox_id,
-        &p.old_path,
-        &p.new_path
-    )
-    .map(info_json)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn modes() {
-        assert_eq!(parse_mode("m", &json!("644")).unwrap(), 0o644);
-        assert_eq!(parse_mode("m", &json!("0755")).unwrap(), 0o755);
-        assert_eq!(parse_mode("m", &json!("0o600")).unwrap(), 0o600);
-        assert_eq!(parse_mode("m", &json!(644)).unwrap(), 0o644);
-        assert_eq!(parse_mode("m", &json!(4755)).unwrap(), 0o4755);
-        assert!(parse_mode("m", &json!(648)).is_err());
-        assert!(parse_mode("m", &json!(-1)).is_err());
-        assert!(parse_mode("m", &json!("9")).is_err());
-        assert!(parse_mode("m", &json!("77777")).is_err());
-        assert!(parse_mode("m", &json!(true)).is_err());
-    }
+    result
 }

@@ -1,24 +1,25 @@
-//! EPP/1 methods: JSON params in, a typed call into the provider, JSON out.
-//! One module per capability; the table below is the single list of methods.
+//! EPP/1 methods. The table (`table`, derived from `wit/`) says which methods
+//! exist; plain ones are served by the generic codec (`rpc::codec`), those
+//! tagged `stream` by the hand-written adapters here, one module per kind of
+//! stream.
 
 mod commands;
-mod extra;
 mod files;
-mod ports;
-mod process;
 mod pty;
-mod sandbox;
+pub mod table;
+mod watch;
 
+use super::codec::{self, Codec};
 use super::errors::RpcError;
 use super::outbox::Outbox;
 use crate::runtime::bindings::EppError;
-use crate::runtime::limits::LimitHit;
 use crate::runtime::{Instance, Runtime};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+pub use table::{CAPABILITIES, CAPABILITY_FLAGS, METHODS, Method};
+use wasmtime::component::{ResourceAny, Val};
 
 /// Calls an `infra` function on a fresh budget and settles its result.
 macro_rules! guest {
@@ -42,83 +43,11 @@ macro_rules! guest_res {
 }
 pub(crate) use guest_res;
 
-/// Every method and the capability it belongs to (docs/epp-1.md §3).
-pub const METHODS: &[(&str, &str)] = &[
-    ("sandbox.create", "sandbox.lifecycle"),
-    ("sandbox.connect", "sandbox.lifecycle"),
-    ("sandbox.get_info", "sandbox.lifecycle"),
-    ("sandbox.list", "sandbox.lifecycle"),
-    ("sandbox.kill", "sandbox.lifecycle"),
-    ("sandbox.set_timeout", "sandbox.timeout"),
-    ("sandbox.pause", "sandbox.pause"),
-    ("sandbox.resume", "sandbox.pause"),
-    ("commands.run", "exec.run"),
-    ("commands.kill", "exec.run"),
-    ("commands.status", "exec.run"),
-    ("commands.logs", "exec.run"),
-    ("process.list", "process.manage"),
-    ("process.signal", "process.manage"),
-    ("commands.send_input", "process.manage"),
-    ("pty.create", "pty"),
-    ("pty.send_input", "pty"),
-    ("pty.resize", "pty"),
-    ("pty.kill", "pty"),
-    ("files.read", "files.rw"),
-    ("files.write", "files.rw"),
-    ("files.list", "files.rw"),
-    ("files.get_info", "files.rw"),
-    ("files.exists", "files.rw"),
-    ("files.make_dir", "files.rw"),
-    ("files.remove", "files.rw"),
-    ("files.rename", "files.rw"),
-    ("ports.url", "ports.url"),
-    ("files.watch", "files.watch"),
-    ("files.upload_url", "files.transfer"),
-    ("files.download_url", "files.transfer"),
-    ("code.run", "code.interpret"),
-    ("code.create_context", "code.interpret"),
-    ("templates.list", "templates.read"),
-    ("templates.get", "templates.read"),
-    ("templates.build", "templates.build"),
-    ("ports.domain", "ports.domain"),
-    ("storage.mount", "storage.mount"),
-    ("storage.unmount", "storage.mount"),
-    ("network.vpc_attach", "network.vpc"),
-    ("network.vpc_detach", "network.vpc"),
-    ("sessions.create", "sessions"),
-    ("sessions.run", "sessions"),
-    ("sessions.close", "sessions"),
-];
-
-/// The 18 EPP/1 capability names, in documentation order.
-pub const CAPABILITIES: &[&str] = &[
-    "sandbox.lifecycle",
-    "sandbox.timeout",
-    "sandbox.pause",
-    "exec.run",
-    "exec.stream",
-    "process.manage",
-    "pty",
-    "files.rw",
-    "ports.url",
-    "files.watch",
-    "files.transfer",
-    "code.interpret",
-    "templates.read",
-    "templates.build",
-    "ports.domain",
-    "storage.mount",
-    "network.vpc",
-    "sessions",
-];
-
-pub fn capability_of(method: &str) -> Option<&'static str> {
-    METHODS.iter().find(|(m, _)| *m == method).map(|(_, c)| *c)
-}
-
 /// What one request carries through its handler.
 pub struct CallCtx {
     pub runtime: Arc<Runtime>,
+    /// The runtime's plans for calling functions with JSON params.
+    pub codec: Arc<Codec>,
     pub out: Outbox,
     /// The request's id, echoed in notifications as `request_id`.
     pub id: Value,
@@ -132,6 +61,26 @@ pub struct CallCtx {
 }
 
 impl CallCtx {
+    pub fn new(
+        runtime: Arc<Runtime>,
+        codec: Arc<Codec>,
+        out: Outbox,
+        id: Value,
+        max_output_bytes: usize,
+        background: Arc<Mutex<tokio::task::JoinSet<()>>>,
+    ) -> CallCtx {
+        CallCtx {
+            runtime,
+            codec,
+            out,
+            id,
+            max_output_bytes,
+            started: Mutex::new(None),
+            background,
+            answered: Mutex::new(Vec::new()),
+        }
+    }
+
     pub async fn instance(&self) -> Result<Instance, RpcError> {
         self.runtime
             .instance()
@@ -187,30 +136,8 @@ pub fn settle<T>(r: wasmtime::Result<Result<T, EppError>>) -> Result<T, RpcError
     match r {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(e.into()),
-        Err(trap) => Err(trap_error(&trap)),
+        Err(trap) => Err(RpcError::from_trap(&trap)),
     }
-}
-
-/// A trap as an EPP error: the cause in one line for the client, the whole
-/// backtrace in the host log.
-pub fn trap_error(trap: &wasmtime::Error) -> RpcError {
-    if let Some(hit) = trap.downcast_ref::<LimitHit>() {
-        return RpcError::fault(hit.to_string());
-    }
-    eprintln!("epp-host: provider trap: {trap:?}");
-    let cause = match trap.downcast_ref::<wasmtime::Trap>() {
-        Some(wasmtime::Trap::UnreachableCodeReached) => "it panicked or aborted".to_string(),
-        Some(code) => format!("wasm trap: {code}"),
-        None => trap
-            .to_string()
-            .lines()
-            .next()
-            .unwrap_or("unknown")
-            .to_string(),
-    };
-    RpcError::fault(format!(
-        "the provider crashed ({cause}; details in the host log); this request failed, the host keeps serving"
-    ))
 }
 
 /// Drops an exported resource, ignoring a trap in its destructor (logged).
@@ -220,105 +147,133 @@ pub async fn drop_resource(inst: &mut Instance, res: wasmtime::component::Resour
     }
 }
 
-/// Params of `method` into its typed form.
+/// Params of `method` into a typed form (the adapters' own params).
 pub fn parse<T: DeserializeOwned>(method: &str, params: Map<String, Value>) -> Result<T, RpcError> {
     serde_json::from_value(Value::Object(params)).map_err(|e| RpcError::invalid_params(method, e))
 }
 
-/// A JSON object of strings as WIT key-values.
-pub fn kv_in(map: BTreeMap<String, String>) -> Vec<(String, String)> {
-    map.into_iter().collect()
-}
-
-/// WIT key-values as a JSON object.
-pub fn kv_out(kv: Vec<(String, String)>) -> Value {
-    Value::Object(kv.into_iter().map(|(k, v)| (k, Value::String(v))).collect())
-}
-
-/// Seconds (possibly fractional) as whole milliseconds.
-pub fn secs_to_ms(method: &str, field: &str, secs: Option<f64>) -> Result<Option<u64>, RpcError> {
-    match secs {
-        None => Ok(None),
-        Some(s) if s.is_finite() && s > 0.0 && s <= 1e9 => Ok(Some((s * 1000.0).ceil() as u64)),
-        Some(s) => Err(RpcError::invalid_params(
+/// Removes an adapter's own boolean param (absent = false).
+fn take_flag(method: &str, params: &mut Map<String, Value>, name: &str) -> Result<bool, RpcError> {
+    match params.remove(name) {
+        None => Ok(false),
+        Some(Value::Bool(b)) => Ok(b),
+        Some(other) => Err(RpcError::invalid_params(
             method,
-            format!("`{field}` must be a positive number of seconds, got {s}"),
+            format!("`{name}` must be true or false, got {other}"),
         )),
     }
 }
 
-/// How long a request may take in total, or none for unbounded streams.
-pub fn deadline(method: &str, params: &Map<String, Value>, default: Duration) -> Option<Duration> {
-    let secs = |key: &str| params.get(key).and_then(Value::as_f64).filter(|s| *s > 0.0);
-    let slack = Duration::from_secs(60);
-    match method {
-        "commands.run" | "sessions.run"
-            if params.get("background").and_then(Value::as_bool) != Some(true) =>
-        {
-            secs("timeout").map(|s| Duration::from_secs_f64(s.min(1e9)) + slack)
-        }
-        "sandbox.create" | "sandbox.connect" | "sandbox.resume" => Some(
-            default.max(
-                secs("ready_timeout")
-                    .map(Duration::from_secs_f64)
-                    .unwrap_or_default()
-                    + slack,
-            ),
-        ),
-        "files.watch" => None,
-        _ => Some(default),
+/// The resource a stream method's function answered.
+fn resource(method: &Method, ok: Option<Val>) -> Result<ResourceAny, RpcError> {
+    match ok {
+        Some(Val::Resource(r)) => Ok(r),
+        _ => Err(RpcError::fault(format!(
+            "`{}` did not answer a resource",
+            method.function
+        ))),
     }
+}
+
+/// Stream methods answered only when their stream ends: a foreground command
+/// (bounded by its own `timeout`, if any) and a watch (until cancelled).
+fn runs_until_done(method: &Method, params: &Map<String, Value>) -> bool {
+    match method.name {
+        "commands.run" => params.get("background").and_then(Value::as_bool) != Some(true),
+        "sessions.run" | "files.watch" => true,
+        _ => false,
+    }
+}
+
+/// How long a request may take in total, or none when it runs until its work
+/// ends. Derived from the method table: `--call-timeout` (`default`), or the
+/// request's own `timeout` (seconds, a `*-ms` param in WIT) plus a minute when
+/// the answer waits for that work; a `ready_timeout` param (seconds) raises
+/// the limit to at least itself plus a minute.
+pub fn deadline(name: &str, params: &Map<String, Value>, default: Duration) -> Option<Duration> {
+    let secs = |key: &str| {
+        params
+            .get(key)
+            .and_then(Value::as_f64)
+            .filter(|s| *s > 0.0)
+            .map(|s| Duration::from_secs_f64(s.min(1e9)))
+    };
+    let slack = Duration::from_secs(60);
+    let Some(method) = table::find(name) else {
+        return Some(default);
+    };
+    let until_done = runs_until_done(method, params);
+    if (until_done || !method.stream)
+        && method.seconds.contains(&"timeout")
+        && let Some(own) = secs("timeout")
+    {
+        return Some(own + slack);
+    }
+    if until_done {
+        return None;
+    }
+    if method.has_param("ready_timeout") {
+        return Some(default.max(secs("ready_timeout").unwrap_or_default() + slack));
+    }
+    Some(default)
+}
+
+/// The capability a request needs that the provider lacks, if any, and what
+/// to call the request in the E8004 message. Streaming a command's output
+/// (`stream: true`) needs `exec.stream` besides the method's own capability.
+fn missing_capability(
+    method: &Method,
+    params: &Map<String, Value>,
+    supports: impl Fn(&str) -> bool,
+) -> Option<(String, &'static str)> {
+    if !supports(method.capability) {
+        return Some((method.name.to_string(), method.capability));
+    }
+    if method.stream && params.get("stream") == Some(&Value::Bool(true)) && !supports("exec.stream")
+    {
+        return Some((
+            format!("{} with `stream: true`", method.name),
+            "exec.stream",
+        ));
+    }
+    None
 }
 
 /// Routes one request.
 pub async fn call(
     ctx: &CallCtx,
-    method: &str,
+    name: &str,
     params: Map<String, Value>,
 ) -> Result<Value, RpcError> {
-    if method == "epp.hello" {
-        return hello(ctx, method, params);
+    if name == "epp.hello" {
+        return hello(ctx, name, params);
     }
-    let Some(capability) = capability_of(method) else {
-        return Err(RpcError::method_not_found(method));
+    let Some(method) = table::find(name) else {
+        return Err(RpcError::method_not_found(name));
     };
-    if !ctx.runtime.supports(capability) {
+    if let Some((what, capability)) =
+        missing_capability(method, &params, |c| ctx.runtime.supports(c))
+    {
         return Err(RpcError::unsupported(
-            method,
+            &what,
             capability,
             &ctx.runtime.info.id,
         ));
     }
-    match method {
-        "sandbox.create" => sandbox::create(ctx, parse(method, params)?).await,
-        "sandbox.connect" => sandbox::connect(ctx, parse(method, params)?).await,
-        "sandbox.get_info" => sandbox::get_info(ctx, parse(method, params)?).await,
-        "sandbox.list" => sandbox::list(ctx, parse(method, params)?).await,
-        "sandbox.kill" => sandbox::kill(ctx, parse(method, params)?).await,
-        "sandbox.set_timeout" => sandbox::set_timeout(ctx, parse(method, params)?).await,
-        "sandbox.pause" => sandbox::pause(ctx, parse(method, params)?).await,
-        "sandbox.resume" => sandbox::resume(ctx, parse(method, params)?).await,
-        "commands.run" => commands::run(ctx, parse(method, params)?).await,
-        "commands.kill" => commands::kill(ctx, parse(method, params)?).await,
-        "commands.status" => commands::status(ctx, parse(method, params)?).await,
-        "commands.logs" => commands::logs(ctx, parse(method, params)?).await,
-        "commands.send_input" => process::send_input(ctx, parse(method, params)?).await,
-        "process.list" => process::list(ctx, parse(method, params)?).await,
-        "process.signal" => process::signal(ctx, parse(method, params)?).await,
-        "pty.create" => pty::create(ctx, parse(method, params)?).await,
-        "pty.send_input" => pty::send_input(ctx, parse(method, params)?).await,
-        "pty.resize" => pty::resize(ctx, parse(method, params)?).await,
-        "pty.kill" => pty::kill(ctx, parse(method, params)?).await,
-        "files.read" => files::read(ctx, parse(method, params)?).await,
-        "files.write" => files::write(ctx, parse(method, params)?).await,
-        "files.list" => files::list(ctx, parse(method, params)?).await,
-        "files.get_info" => files::get_info(ctx, parse(method, params)?).await,
-        "files.exists" => files::exists(ctx, parse(method, params)?).await,
-        "files.make_dir" => files::make_dir(ctx, parse(method, params)?).await,
-        "files.remove" => files::remove(ctx, parse(method, params)?).await,
-        "files.rename" => files::rename(ctx, parse(method, params)?).await,
-        "ports.url" => ports::url(ctx, parse(method, params)?).await,
-        _ => extra::call(ctx, method, params).await,
+    if !method.stream {
+        return codec::serve(ctx, method, params).await;
+    }
+    match method.name {
+        "commands.run" => commands::run(ctx, method, params).await,
+        "sessions.run" => commands::session_run(ctx, method, params).await,
+        "files.read" => files::read(ctx, parse(name, params)?).await,
+        "files.write" => files::write(ctx, parse(name, params)?).await,
+        "pty.create" => pty::create(ctx, method, params).await,
+        "files.watch" => watch::watch(ctx, method, params).await,
+        _ => Err(RpcError::fault(format!(
+            "{name} is tagged `stream` in wit/ but this host has no adapter for it; \
+             add one in host/src/rpc/methods"
+        ))),
     }
 }
 
@@ -358,4 +313,84 @@ fn hello(ctx: &CallCtx, method: &str, params: Map<String, Value>) -> Result<Valu
         "capabilities": capabilities,
         "settings": settings,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(map) => map,
+            _ => unreachable!("test params are objects"),
+        }
+    }
+
+    #[test]
+    fn streaming_output_needs_exec_stream() {
+        let run = table::find("commands.run").unwrap();
+        let no_stream = |c: &str| c != "exec.stream";
+        let streamed = params(json!({"sandbox_id": "s", "cmd": "ls", "stream": true}));
+        assert_eq!(
+            missing_capability(run, &streamed, no_stream),
+            Some(("commands.run with `stream: true`".into(), "exec.stream"))
+        );
+        let collected = params(json!({"sandbox_id": "s", "cmd": "ls"}));
+        assert_eq!(missing_capability(run, &collected, no_stream), None);
+        assert_eq!(missing_capability(run, &streamed, |_| true), None);
+        let session = table::find("sessions.run").unwrap();
+        assert_eq!(
+            missing_capability(session, &streamed, no_stream).map(|m| m.1),
+            Some("exec.stream")
+        );
+        // The method's own capability is checked first.
+        let no_exec = |c: &str| c != "exec.run" && c != "exec.stream";
+        assert_eq!(
+            missing_capability(run, &streamed, no_exec),
+            Some(("commands.run".into(), "exec.run"))
+        );
+        // A plain method's `stream` field (none has one today) would not count.
+        let info = table::find("sandbox.get_info").unwrap();
+        assert_eq!(missing_capability(info, &streamed, no_stream), None);
+    }
+
+    #[test]
+    fn deadlines_follow_the_table() {
+        let default = Duration::from_secs(300);
+        let at = |name: &str, p: Value| deadline(name, &params(p), default);
+        let secs = Duration::from_secs;
+        // Foreground commands: their own timeout plus a minute, or none.
+        assert_eq!(at("commands.run", json!({"timeout": 5})), Some(secs(65)));
+        assert_eq!(at("commands.run", json!({})), None);
+        assert_eq!(
+            at("sessions.run", json!({"timeout": 0.5})),
+            Some(Duration::from_millis(60_500))
+        );
+        // A background command answers at once: its timeout is the command's.
+        assert_eq!(
+            at("commands.run", json!({"background": true, "timeout": 5})),
+            Some(default)
+        );
+        assert_eq!(at("files.watch", json!({})), None);
+        assert_eq!(at("files.read", json!({})), Some(default));
+        assert_eq!(at("pty.create", json!({})), Some(default));
+        // A plain method with a timeout of its own.
+        assert_eq!(at("code.run", json!({"timeout": 1000})), Some(secs(1060)));
+        // ready_timeout raises the limit; `timeout` of sandbox.create is a lifetime.
+        assert_eq!(
+            at("sandbox.create", json!({"timeout": 3600})),
+            Some(default)
+        );
+        assert_eq!(
+            at("sandbox.create", json!({"ready_timeout": 600})),
+            Some(secs(660))
+        );
+        assert_eq!(
+            deadline("sandbox.create", &Map::new(), secs(10)),
+            Some(secs(60))
+        );
+        assert_eq!(at("sandbox.get_info", json!({})), Some(default));
+        assert_eq!(at("no.such", json!({})), Some(default));
+        assert_eq!(at("commands.run", json!({"timeout": "5"})), None);
+    }
 }

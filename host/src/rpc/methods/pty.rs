@@ -1,86 +1,35 @@
 //! pty: a terminal's output is pumped into `pty.output` notifications by a
 //! background task that owns the instance holding the output stream; input,
-//! resize and kill are ordinary requests.
+//! resize and kill are plain methods.
 
-use super::process::decode_b64;
-use super::{CallCtx, drop_resource, guest, guest_res, kv_in};
+use super::{CallCtx, Method, drop_resource, guest_res};
 use crate::rpc::errors::RpcError;
-use crate::runtime::bindings::infra::{PtyEvent, PtyRequest};
+use crate::runtime::bindings::infra::PtyEvent;
 use base64::Engine as _;
-use serde::Deserialize;
-use serde_json::{Value, json};
-use std::collections::BTreeMap;
+use serde_json::{Map, Value, json};
+use wasmtime::component::Val;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CreateParams {
-    sandbox_id: String,
-    #[serde(default = "default_cols")]
-    cols: u16,
-    #[serde(default = "default_rows")]
-    rows: u16,
-    cwd: Option<String>,
-    #[serde(default)]
-    envs: BTreeMap<String, String>,
-    cmd: Option<String>,
-}
-
-fn default_cols() -> u16 {
-    80
-}
-
-fn default_rows() -> u16 {
-    24
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct InputParams {
-    sandbox_id: String,
-    pty_id: String,
-    data: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ResizeParams {
-    sandbox_id: String,
-    pty_id: String,
-    cols: u16,
-    rows: u16,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PtyParams {
-    sandbox_id: String,
-    pty_id: String,
-}
-
-fn check_size(method: &str, cols: u16, rows: u16) -> Result<(), RpcError> {
-    if cols == 0 || rows == 0 || cols > 1000 || rows > 1000 {
-        return Err(RpcError::invalid_params(
-            method,
-            "cols and rows must be between 1 and 1000",
-        ));
-    }
-    Ok(())
-}
-
-pub async fn create(ctx: &CallCtx, p: CreateParams) -> Result<Value, RpcError> {
-    check_size("pty.create", p.cols, p.rows)?;
-    let req = PtyRequest {
-        sandbox_id: p.sandbox_id.clone(),
-        cols: p.cols,
-        rows: p.rows,
-        cwd: p.cwd,
-        envs: kv_in(p.envs),
-        cmd: p.cmd,
-    };
+pub async fn create(
+    ctx: &CallCtx,
+    method: &Method,
+    params: Map<String, Value>,
+) -> Result<Value, RpcError> {
+    let sandbox_id = params
+        .get("sandbox_id")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let args = ctx.codec.args(method, method.function, params, &[])?;
     let mut inst = ctx.instance().await?;
-    let (pty_id, stream) = guest!(inst, call_pty_create, &req)?;
+    let ok = ctx.codec.call(&mut inst, method.function, &args).await?;
+    let (pty_id, stream) = match ok {
+        Some(Val::Tuple(pair)) => match <[Val; 2]>::try_from(pair) {
+            Ok([Val::String(id), Val::Resource(stream)]) => (id, stream),
+            _ => return Err(not_a_terminal(method)),
+        },
+        _ => return Err(not_a_terminal(method)),
+    };
     let out = ctx.out.clone();
-    let sandbox_id = p.sandbox_id;
     let id = pty_id.clone();
     let released = ctx.after_response();
     ctx.background.lock().expect("lock").spawn(async move {
@@ -113,27 +62,9 @@ pub async fn create(ctx: &CallCtx, p: CreateParams) -> Result<Value, RpcError> {
     Ok(json!({"pty_id": pty_id}))
 }
 
-pub async fn send_input(ctx: &CallCtx, p: InputParams) -> Result<Value, RpcError> {
-    let data = decode_b64("pty.send_input", "data", &p.data)?;
-    let mut inst = ctx.instance().await?;
-    guest!(inst, call_pty_send_input, &p.sandbox_id, &p.pty_id, &data).map(|()| json!({}))
-}
-
-pub async fn resize(ctx: &CallCtx, p: ResizeParams) -> Result<Value, RpcError> {
-    check_size("pty.resize", p.cols, p.rows)?;
-    let mut inst = ctx.instance().await?;
-    guest!(
-        inst,
-        call_pty_resize,
-        &p.sandbox_id,
-        &p.pty_id,
-        p.cols,
-        p.rows
-    )
-    .map(|()| json!({}))
-}
-
-pub async fn kill(ctx: &CallCtx, p: PtyParams) -> Result<Value, RpcError> {
-    let mut inst = ctx.instance().await?;
-    guest!(inst, call_pty_kill, &p.sandbox_id, &p.pty_id).map(|()| json!({}))
+fn not_a_terminal(method: &Method) -> RpcError {
+    RpcError::fault(format!(
+        "`{}` did not answer a terminal id and its output stream",
+        method.function
+    ))
 }

@@ -10,7 +10,7 @@
 //! | `echo TEXT` | answers a sandbox-info whose `sandbox-id` is TEXT |
 //! | `env` | fails (`upstream`) with its whole environment as the message, one `NAME=value` a line |
 //! | `fetch URL` | GET with `wasi:http`; metadata `status`, `location`, `body`, or `error` = the `error-code` it got (`HTTP-request-denied`, …) |
-//! | `fetch-with-key URL` | as `fetch`, after trying to set `OPEN-SANDBOX-API-KEY: guest-forged` itself (metadata `set-header`, `from-list`) |
+//! | `fetch-with-key URL` | as `fetch`, after trying to set its secret header `X-PROBE-TOKEN: guest-forged` itself (metadata `set-header`, `from-list`) |
 //! | `ws URL` | opens a WebSocket (with a forged key header), sends `hello`, answers the first reply (metadata `reply`) or `error` and `message` |
 //! | `memo` | put, get, forget, get again: metadata `after-put`, `after-forget` |
 //! | `memo-get KEY` | metadata `value`, when the memo holds KEY |
@@ -32,12 +32,20 @@
 //! first all `a`, the next all `b`, and so on; `empty-chunks`: empty chunks forever;
 //! `liar N SIZE`: says its size is 1 byte, then delivers N chunks of SIZE bytes.
 //!
-//! `describe` declares all 18 capabilities supported; every other function fails
-//! with `unsupported`.
+//! `describe` declares all 18 capabilities supported, and three settings:
+//! `base_url` (`EPP_PROBE_BASE_URL`), `label` (`EPP_PROBE_LABEL`) and the secret
+//! `token` (`EPP_PROBE_TOKEN`, `EPP_PROBE_TOKEN_ALT`). `needs` asks for the origin
+//! `{base_url}` (any port on its host), more hosts from `EPP_PROBE_ALLOW_HOSTS`,
+//! and `token` sent by the host as `X-PROBE-TOKEN` to the origin only: the same
+//! shape as a real provider's, so the host's tests exercise the generic grant.
+//! Every function not listed above fails with `unsupported`.
 
 mod bindings;
 
-use bindings::abx::epp::types::{Capability, EppError, ErrorCode, ProviderInfo};
+use bindings::abx::epp::types::{
+    Capabilities, Capability, EppError, ErrorCode, HeaderScope, ProviderInfo, ProviderNeeds,
+    SecretHeader, Setting,
+};
 use bindings::abx::epp::{memo, websocket};
 use bindings::exports::abx::epp::infra::{
     self, ByteRange, CodeRequest, CodeResult, CommandEvent, CommandExit, CommandLogs,
@@ -52,29 +60,40 @@ use wasip2::http::types::{
     ErrorCode as HttpError, Fields, HeaderError, Method, OutgoingRequest, Scheme,
 };
 
-const CAPABILITIES: [&str; 18] = [
-    "sandbox.lifecycle",
-    "sandbox.timeout",
-    "sandbox.pause",
-    "exec.run",
-    "exec.stream",
-    "process.manage",
-    "pty",
-    "files.rw",
-    "ports.url",
-    "files.watch",
-    "files.transfer",
-    "code.interpret",
-    "templates.read",
-    "templates.build",
-    "ports.domain",
-    "storage.mount",
-    "network.vpc",
-    "sessions",
+/// Every capability, by wire name and flag: the probe claims them all.
+const CAPABILITIES: [(&str, Capabilities); 18] = [
+    ("sandbox.lifecycle", Capabilities::SANDBOX_LIFECYCLE),
+    ("sandbox.timeout", Capabilities::SANDBOX_TIMEOUT),
+    ("sandbox.pause", Capabilities::SANDBOX_PAUSE),
+    ("exec.run", Capabilities::EXEC_RUN),
+    ("exec.stream", Capabilities::EXEC_STREAM),
+    ("process.manage", Capabilities::PROCESS_MANAGE),
+    ("pty", Capabilities::PTY),
+    ("files.rw", Capabilities::FILES_RW),
+    ("ports.url", Capabilities::PORTS_URL),
+    ("files.watch", Capabilities::FILES_WATCH),
+    ("files.transfer", Capabilities::FILES_TRANSFER),
+    ("code.interpret", Capabilities::CODE_INTERPRET),
+    ("templates.read", Capabilities::TEMPLATES_READ),
+    ("templates.build", Capabilities::TEMPLATES_BUILD),
+    ("ports.domain", Capabilities::PORTS_DOMAIN),
+    ("storage.mount", Capabilities::STORAGE_MOUNT),
+    ("network.vpc", Capabilities::NETWORK_VPC),
+    ("sessions", Capabilities::SESSIONS),
 ];
 
-/// The header a guest must never be able to set (the host owns it).
-const KEY_HEADER: &str = "OPEN-SANDBOX-API-KEY";
+/// The probe's secret header: the host owns it, so the guest must never be able to set it.
+const KEY_HEADER: &str = "X-PROBE-TOKEN";
+
+fn setting(name: &str, env: &[&str], secret: bool, description: &str) -> Setting {
+    Setting {
+        name: name.into(),
+        env: env.iter().map(|v| v.to_string()).collect(),
+        default_value: None,
+        secret,
+        description: description.into(),
+    }
+}
 
 type R<T> = Result<T, EppError>;
 type Kv = Vec<(String, String)>;
@@ -476,12 +495,42 @@ impl Guest for Probe {
             version: env!("CARGO_PKG_VERSION").into(),
             capabilities: CAPABILITIES
                 .iter()
-                .map(|name| Capability {
+                .map(|(name, _)| Capability {
                     name: name.to_string(),
                     supported: true,
                 })
                 .collect(),
-            settings: Vec::new(),
+            settings: vec![
+                setting(
+                    "base_url",
+                    &["EPP_PROBE_BASE_URL"],
+                    false,
+                    "The server the probe's tests aim at.",
+                ),
+                setting("label", &["EPP_PROBE_LABEL"], false, "Any text."),
+                setting(
+                    "token",
+                    &["EPP_PROBE_TOKEN", "EPP_PROBE_TOKEN_ALT"],
+                    true,
+                    "Sent by the host as X-PROBE-TOKEN to the origin.",
+                ),
+            ],
+        }
+    }
+
+    fn needs() -> ProviderNeeds {
+        ProviderNeeds {
+            capabilities: CAPABILITIES
+                .iter()
+                .fold(Capabilities::empty(), |all, (_, flag)| all | *flag),
+            origin: vec!["{base_url}".into()],
+            origin_host_any_port: true,
+            allow_hosts_env: vec!["EPP_PROBE_ALLOW_HOSTS".into()],
+            secret_headers: vec![SecretHeader {
+                setting: "token".into(),
+                header: KEY_HEADER.into(),
+                scope: HeaderScope::Origin,
+            }],
         }
     }
 
