@@ -17,6 +17,83 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+/// An EPP error code (docs/epp-1.md §6), written as `data.epp_code` on the
+/// wire. The host raises errors with it and clients read them back with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EppCode {
+    /// `E1001`: the request or its params were wrong.
+    InvalidArgument,
+    /// `E2001`: a provider setting is invalid.
+    Configuration,
+    /// `E2002`: the backend rejected the credentials (HTTP 401/403).
+    CredentialsRejected,
+    /// `E4004`: no such sandbox, path, process, command or terminal.
+    NotFound,
+    /// `E4009`: wrong state, or a conflict.
+    Conflict,
+    /// `E4999`: cancelled by the client (`epp.cancel`).
+    Cancelled,
+    /// `E5001`: the backend failed (HTTP 5xx, an unexpected answer).
+    Upstream,
+    /// `E5003`: the backend cannot be reached (refused, DNS, reset).
+    Unreachable,
+    /// `E5004`: the backend, a readiness wait or a command timed out.
+    TimedOut,
+    /// `E6001`: the host's network policy refused a destination.
+    DeniedByPolicy,
+    /// `E8004`: the provider does not support the capability.
+    Unsupported,
+    /// `E9001`: a provider bug or trap, or a host limit.
+    ProviderFault,
+}
+
+impl EppCode {
+    /// Every code, in the order of docs/epp-1.md §6.
+    pub const ALL: [EppCode; 12] = [
+        EppCode::InvalidArgument,
+        EppCode::Configuration,
+        EppCode::CredentialsRejected,
+        EppCode::NotFound,
+        EppCode::Conflict,
+        EppCode::Cancelled,
+        EppCode::Upstream,
+        EppCode::Unreachable,
+        EppCode::TimedOut,
+        EppCode::DeniedByPolicy,
+        EppCode::Unsupported,
+        EppCode::ProviderFault,
+    ];
+
+    /// The wire form, e.g. `E4004`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EppCode::InvalidArgument => "E1001",
+            EppCode::Configuration => "E2001",
+            EppCode::CredentialsRejected => "E2002",
+            EppCode::NotFound => "E4004",
+            EppCode::Conflict => "E4009",
+            EppCode::Cancelled => "E4999",
+            EppCode::Upstream => "E5001",
+            EppCode::Unreachable => "E5003",
+            EppCode::TimedOut => "E5004",
+            EppCode::DeniedByPolicy => "E6001",
+            EppCode::Unsupported => "E8004",
+            EppCode::ProviderFault => "E9001",
+        }
+    }
+
+    /// The code written `text` on the wire; none for an unknown one.
+    pub fn parse(text: &str) -> Option<EppCode> {
+        EppCode::ALL.into_iter().find(|c| c.as_str() == text)
+    }
+}
+
+impl fmt::Display for EppCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A JSON-RPC error answer, with the EPP code from `data.epp_code`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RpcError {
@@ -27,6 +104,13 @@ pub struct RpcError {
     pub epp: String,
     /// The whole `data` object (`http_status`, `upstream_code`, ...).
     pub data: Value,
+}
+
+impl RpcError {
+    /// `data.epp_code` as a code; none when it is absent or unknown.
+    pub fn code(&self) -> Option<EppCode> {
+        EppCode::parse(&self.epp)
+    }
 }
 
 impl fmt::Display for RpcError {
@@ -382,6 +466,7 @@ mod tests {
             (e.code, e.epp.as_str(), e.message.as_str()),
             (-32000, "E4004", "gone")
         );
+        assert_eq!(e.code(), Some(EppCode::NotFound));
         assert_eq!(
             c.response(&json!(2), t).unwrap().reply().unwrap()["exit_code"],
             0
@@ -411,6 +496,16 @@ mod tests {
         assert_eq!(v.len(), 2, "{v:?}");
         assert!(v[0].starts_with("not a JSON-RPC 2.0 message: not json"));
         assert_eq!(v[1], "a second answer to id 7");
+    }
+
+    #[test]
+    fn epp_codes_read_back_as_they_are_written() {
+        for code in EppCode::ALL {
+            assert_eq!(EppCode::parse(code.as_str()), Some(code));
+            assert_eq!(code.to_string(), code.as_str());
+        }
+        assert_eq!(EppCode::parse("E0000"), None);
+        assert_eq!(EppCode::parse(""), None);
     }
 
     #[test]

@@ -157,14 +157,18 @@ async fn call(
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
+            let object = epp_host::rpc::outbox::error_object(&e);
             eprintln!(
                 "error {} ({}): {}",
-                e.epp_code().unwrap_or("?"),
                 e.code,
-                e.message
+                e.jsonrpc_code(),
+                e.wire_message()
             );
-            if e.data.len() > 1 {
-                eprintln!("{}", Value::Object(e.data.clone()));
+            if object["data"]
+                .as_object()
+                .is_some_and(|data| data.len() > 1)
+            {
+                eprintln!("{}", object["data"]);
             }
             Ok(ExitCode::from(1))
         }

@@ -264,6 +264,31 @@ fn denied_destinations_are_refused_before_any_connection() {
     assert_no_secret(&host);
 }
 
+/// A listed name that does not resolve reaches the guest as a DNS error (the
+/// resolver's own error, told by its type), and a terminal to it as
+/// unreachable; neither is mistaken for a denial.
+#[test]
+fn a_name_that_does_not_resolve_is_a_dns_error() {
+    // `.invalid` never resolves (RFC 6761).
+    let mut host = HostBuilder::new()
+        .args(["--allow-host", "no-such-host.invalid"])
+        .spawn();
+    let resp = host.probe("fetch http://no-such-host.invalid:8080/");
+    assert_eq!(meta(&resp, "error"), Some("DNS-error"), "{resp}");
+    let resp = host.probe("ws ws://no-such-host.invalid:8080/ws");
+    assert_eq!(
+        meta(&resp, "error"),
+        Some("ErrorCode::Unreachable"),
+        "{resp}"
+    );
+    assert!(
+        meta(&resp, "message")
+            .is_some_and(|m| m.starts_with("cannot resolve no-such-host.invalid")),
+        "{resp}"
+    );
+    assert_eq!(result(&host.probe("echo ok"))["sandbox_id"], "ok");
+}
+
 #[test]
 fn redirects_to_another_host_are_not_followed() {
     let origin = Echo::start("origin", "127.0.0.1");

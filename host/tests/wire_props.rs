@@ -91,7 +91,7 @@ proptest! {
             }
             Incoming::Invalid { id: got, error } => {
                 prop_assert_eq!(got, id);
-                prop_assert!(matches!(error.code, -32600 | -32602), "{:?}", error);
+                prop_assert!(matches!(error.jsonrpc_code(), -32600 | -32602), "{:?}", error);
             }
             other => prop_assert!(false, "{line} -> {other:?}"),
         }
@@ -104,7 +104,7 @@ proptest! {
         match parse(line.as_bytes()) {
             Incoming::Invalid { id, error } => {
                 prop_assert_eq!(id, Value::Null);
-                prop_assert_eq!(error.code, -32600);
+                prop_assert_eq!(error.jsonrpc_code(), -32600);
             }
             other => prop_assert!(false, "{line} -> {other:?}"),
         }

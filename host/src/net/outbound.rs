@@ -41,7 +41,7 @@ pub struct CheckedResolver {
 
 impl tower_service::Service<Name> for CheckedResolver {
     type Response = std::vec::IntoIter<SocketAddr>;
-    type Error = std::io::Error;
+    type Error = ResolveError;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -57,39 +57,39 @@ impl tower_service::Service<Name> for CheckedResolver {
     }
 }
 
+/// Why a name gave no address to connect to. It travels through the HTTP
+/// client's error chain as itself, so the failure is told by its type.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// An answer the policy forbids (a rebinding answer mixes good and bad
+    /// addresses: any bad one fails the lookup).
+    #[error(transparent)]
+    Denied(#[from] Denied),
+    /// The name does not resolve.
+    #[error(transparent)]
+    Lookup(std::io::Error),
+}
+
 /// Looks `host` up and checks every address; any forbidden address fails the whole
 /// lookup (a rebinding answer mixes good and bad addresses).
 pub async fn resolve_checked(
     policy: &NetPolicy,
     host: &str,
     port: u16,
-) -> std::io::Result<Vec<SocketAddr>> {
+) -> Result<Vec<SocketAddr>, ResolveError> {
     let host = host.trim_start_matches('[').trim_end_matches(']');
     let addrs: Vec<SocketAddr> = match host.parse() {
         Ok(ip) => vec![SocketAddr::new(ip, port)],
-        Err(_) => tokio::net::lookup_host((host, port)).await?.collect(),
+        Err(_) => tokio::net::lookup_host((host, port))
+            .await
+            .map_err(ResolveError::Lookup)?
+            .collect(),
     };
     for addr in &addrs {
-        policy
-            .check_resolved(&host.to_ascii_lowercase(), addr.ip())
-            .map_err(|denied| {
-                std::io::Error::new(std::io::ErrorKind::PermissionDenied, DeniedError(denied))
-            })?;
+        policy.check_resolved(&host.to_ascii_lowercase(), addr.ip())?;
     }
     Ok(addrs)
 }
-
-/// A policy denial carried through the HTTP client's error chain.
-#[derive(Debug)]
-pub struct DeniedError(pub Denied);
-
-impl std::fmt::Display for DeniedError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl std::error::Error for DeniedError {}
 
 /// The pooled HTTP client shared by all stores.
 #[derive(Clone)]
@@ -265,19 +265,23 @@ fn clamp(timeout: Option<Duration>) -> Duration {
     timeout.unwrap_or(MAX_IO_TIMEOUT).min(MAX_IO_TIMEOUT)
 }
 
+/// A failed request as the `wasi:http` error the guest sees, told by the
+/// types in the client's error chain: the resolver's own error, the I/O error
+/// kind of a connection, hyper's error kinds.
 fn map_client_error(dest: &Destination, err: hyper_util::client::legacy::Error) -> HttpError {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&err);
     while let Some(e) = source {
-        // The resolver's refusal travels inside an io::Error, whose `source()`
-        // skips the wrapped error itself: look inside it too.
-        let denied = e.downcast_ref::<DeniedError>().or_else(|| {
-            e.downcast_ref::<std::io::Error>()
-                .and_then(|io| io.get_ref())
-                .and_then(|inner| inner.downcast_ref::<DeniedError>())
-        });
-        if let Some(denied) = denied {
-            eprintln!("epp-host: denied outbound request to {dest}: {denied}");
-            return HttpError::HttpRequestDenied;
+        if let Some(resolve) = e.downcast_ref::<ResolveError>() {
+            return match resolve {
+                ResolveError::Denied(denied) => {
+                    eprintln!("epp-host: denied outbound request to {dest}: {denied}");
+                    HttpError::HttpRequestDenied
+                }
+                ResolveError::Lookup(_) => HttpError::DnsError {
+                    rcode: None,
+                    info_code: None,
+                },
+            };
         }
         if let Some(io) = e.downcast_ref::<std::io::Error>() {
             return match io.kind() {
@@ -303,12 +307,6 @@ fn map_client_error(dest: &Destination, err: hyper_util::client::legacy::Error) 
         return HttpError::HttpProtocolError;
     }
     if err.is_connect() {
-        if err.to_string().contains("dns") {
-            return HttpError::DnsError {
-                rcode: Some(err.to_string()),
-                info_code: None,
-            };
-        }
         return HttpError::ConnectionRefused;
     }
     HttpError::HttpProtocolError

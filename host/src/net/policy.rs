@@ -76,14 +76,9 @@ impl Destination {
 }
 
 /// Why a destination was refused; the text is shown to the EPP client.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct Denied(pub String);
-
-impl fmt::Display for Denied {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
 
 /// One entry of the allow list.
 #[derive(Debug, Clone, PartialEq, Eq)]

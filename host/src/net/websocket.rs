@@ -7,7 +7,7 @@
 //! set host-owned headers, and the provider's secret headers are added only to
 //! destinations in their scope.
 
-use super::outbound::{CONNECT_TIMEOUT, resolve_checked};
+use super::outbound::{CONNECT_TIMEOUT, ResolveError, resolve_checked};
 use super::policy::{Destination, NetPolicy};
 use futures::stream::{SplitSink, SplitStream};
 use futures::{SinkExt, StreamExt};
@@ -176,9 +176,11 @@ impl Sockets {
     async fn dial(&self, dest: &Destination) -> Result<Box<dyn Io>, WsError> {
         let addrs = resolve_checked(&self.policy, &dest.host, dest.port)
             .await
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::PermissionDenied => WsError::Denied(e.to_string()),
-                _ => WsError::Unreachable(format!("cannot resolve {}: {e}", dest.host)),
+            .map_err(|e| match e {
+                ResolveError::Denied(denied) => WsError::Denied(denied.0),
+                ResolveError::Lookup(e) => {
+                    WsError::Unreachable(format!("cannot resolve {}: {e}", dest.host))
+                }
             })?;
         let tcp = tokio::net::TcpStream::connect(&addrs[..])
             .await

@@ -1,8 +1,13 @@
-//! JSON-RPC error objects and the EPP codes they carry (docs/epp-1.md §6).
+//! The one shape of an error inside the host ([`RpcError`]): an EPP code, what
+//! went wrong, what to do about it, whether the same request may simply be
+//! sent again, and what the backend said. It becomes a JSON-RPC error object
+//! only when it is written out (`rpc::outbox`), as docs/epp-1.md §6 says.
 
 use crate::runtime::bindings::{EppError, ErrorCode};
 use crate::runtime::limits::LimitHit;
-use serde_json::{Map, Value, json};
+use std::borrow::Cow;
+
+pub use epp_client::EppCode;
 
 pub const PARSE_ERROR: i64 = -32700;
 pub const INVALID_REQUEST: i64 = -32600;
@@ -11,28 +16,53 @@ pub const INVALID_PARAMS: i64 = -32602;
 pub const CANCELLED: i64 = -32800;
 pub const EPP_ERROR: i64 = -32000;
 
-/// An error answer, ready to be written.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RpcError {
-    pub code: i64,
-    pub message: String,
-    pub data: Map<String, Value>,
+/// For an `E1001` the host finds in a request before any method runs: which
+/// JSON-RPC error it is. Every other `E1001` (bad params, the provider's
+/// `invalid-argument`) is `-32602`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Malformed {
+    /// Not JSON (`-32700`).
+    Parse,
+    /// Not a JSON-RPC 2.0 request (`-32600`).
+    Request,
+    /// No such method (`-32601`).
+    Method,
 }
 
-/// The wire form of an EPP error code.
-pub fn epp_code(code: ErrorCode) -> &'static str {
-    match code {
-        ErrorCode::InvalidArgument => "E1001",
-        ErrorCode::Configuration => "E2001",
-        ErrorCode::CredentialsRejected => "E2002",
-        ErrorCode::NotFound => "E4004",
-        ErrorCode::Conflict => "E4009",
-        ErrorCode::Upstream => "E5001",
-        ErrorCode::Unreachable => "E5003",
-        ErrorCode::TimedOut => "E5004",
-        ErrorCode::DeniedByPolicy => "E6001",
-        ErrorCode::Unsupported => "E8004",
-        ErrorCode::ProviderFault => "E9001",
+/// An error answer, before it is written.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{code} ({}): {}", self.jsonrpc_code(), self.wire_message())]
+pub struct RpcError {
+    pub code: EppCode,
+    /// Set only with `code` `InvalidArgument` (the constructors keep it so).
+    malformed: Option<Malformed>,
+    /// What went wrong.
+    pub message: String,
+    /// What to do next; written after the message, as `MESSAGE; HINT`.
+    pub hint: Option<Cow<'static, str>>,
+    /// Whether sending the same request again, unchanged, may succeed.
+    pub retryable: bool,
+    /// The backend's HTTP status, when a backend answer caused this.
+    pub http_status: Option<u16>,
+    /// The backend's own error code (e.g. `DOCKER::SANDBOX_NOT_FOUND`).
+    pub upstream_code: Option<String>,
+}
+
+impl From<ErrorCode> for EppCode {
+    fn from(code: ErrorCode) -> EppCode {
+        match code {
+            ErrorCode::InvalidArgument => EppCode::InvalidArgument,
+            ErrorCode::Configuration => EppCode::Configuration,
+            ErrorCode::CredentialsRejected => EppCode::CredentialsRejected,
+            ErrorCode::NotFound => EppCode::NotFound,
+            ErrorCode::Conflict => EppCode::Conflict,
+            ErrorCode::Upstream => EppCode::Upstream,
+            ErrorCode::Unreachable => EppCode::Unreachable,
+            ErrorCode::TimedOut => EppCode::TimedOut,
+            ErrorCode::DeniedByPolicy => EppCode::DeniedByPolicy,
+            ErrorCode::Unsupported => EppCode::Unsupported,
+            ErrorCode::ProviderFault => EppCode::ProviderFault,
+        }
     }
 }
 
@@ -54,77 +84,95 @@ pub fn error_code(name: &str) -> Option<ErrorCode> {
     })
 }
 
+/// Whether a provider error with `code` may go away on its own: the backend
+/// failed or could not be reached. Anything else needs a change first (the
+/// request, a setting, the sandbox's state, a timeout).
+fn transient(code: EppCode) -> bool {
+    matches!(code, EppCode::Upstream | EppCode::Unreachable)
+}
+
 impl RpcError {
-    fn new(code: i64, epp: &str, message: impl Into<String>) -> RpcError {
-        let mut data = Map::new();
-        data.insert("epp_code".into(), json!(epp));
+    fn new(code: EppCode, message: impl Into<String>) -> RpcError {
         RpcError {
             code,
+            malformed: None,
             message: message.into(),
-            data,
+            hint: None,
+            retryable: false,
+            http_status: None,
+            upstream_code: None,
         }
     }
 
-    pub fn parse_error(message: impl Into<String>) -> RpcError {
-        RpcError::new(PARSE_ERROR, "E1001", message)
+    fn malformed(kind: Malformed, message: impl Into<String>) -> RpcError {
+        RpcError {
+            malformed: Some(kind),
+            ..RpcError::new(EppCode::InvalidArgument, message)
+        }
     }
 
+    /// Adds what to do next.
+    pub fn hint(mut self, hint: impl Into<Cow<'static, str>>) -> RpcError {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    /// Marks the error as one a plain retry may cure.
+    pub fn retryable(mut self) -> RpcError {
+        self.retryable = true;
+        self
+    }
+
+    /// The line is not JSON.
+    pub fn parse_error(message: impl Into<String>) -> RpcError {
+        RpcError::malformed(Malformed::Parse, message)
+    }
+
+    /// The line is not a JSON-RPC 2.0 request.
     pub fn invalid_request(message: impl Into<String>) -> RpcError {
-        RpcError::new(INVALID_REQUEST, "E1001", message)
+        RpcError::malformed(Malformed::Request, message)
     }
 
     pub fn method_not_found(method: &str) -> RpcError {
-        RpcError::new(
-            METHOD_NOT_FOUND,
-            "E1001",
-            format!(
-                "unknown method `{method}`; see docs/epp-1.md for the method list, or call epp.hello"
-            ),
-        )
+        RpcError::malformed(Malformed::Method, format!("unknown method `{method}`"))
+            .hint("see docs/epp-1.md for the method list, or call epp.hello")
     }
 
     pub fn invalid_params(method: &str, message: impl std::fmt::Display) -> RpcError {
         RpcError::new(
-            INVALID_PARAMS,
-            "E1001",
+            EppCode::InvalidArgument,
             format!("invalid params for {method}: {message}"),
         )
     }
 
     pub fn cancelled() -> RpcError {
-        RpcError::new(CANCELLED, "E4999", "request cancelled by epp.cancel")
+        RpcError::new(EppCode::Cancelled, "request cancelled by epp.cancel")
     }
 
     /// A host limit or a provider crash.
     pub fn fault(message: impl Into<String>) -> RpcError {
-        RpcError::new(EPP_ERROR, "E9001", message)
+        RpcError::new(EppCode::ProviderFault, message)
     }
 
     pub fn unsupported(method: &str, capability: &str, provider: &str) -> RpcError {
         RpcError::new(
-            EPP_ERROR,
-            "E8004",
+            EppCode::Unsupported,
             format!(
-                "{method} is not supported by the {provider} provider (capability {capability} is off); \
-                 check epp.hello's capabilities before calling"
+                "{method} is not supported by the {provider} provider (capability {capability} is off)"
             ),
         )
+        .hint("check epp.hello's capabilities before calling")
     }
 
     /// An error the provider returned.
     pub fn from_epp(e: EppError) -> RpcError {
-        let json_code = match e.code {
-            ErrorCode::InvalidArgument => INVALID_PARAMS,
-            _ => EPP_ERROR,
-        };
-        let mut err = RpcError::new(json_code, epp_code(e.code), e.message);
-        if let Some(status) = e.http_status {
-            err.data.insert("http_status".into(), json!(status));
+        let code = EppCode::from(e.code);
+        RpcError {
+            retryable: transient(code),
+            http_status: e.http_status,
+            upstream_code: e.upstream_code,
+            ..RpcError::new(code, e.message)
         }
-        if let Some(code) = e.upstream_code {
-            err.data.insert("upstream_code".into(), json!(code));
-        }
-        err
     }
 
     /// A trap as an EPP error: the cause in one line for the client, the whole
@@ -145,21 +193,117 @@ impl RpcError {
                 .to_string(),
         };
         RpcError::fault(format!(
-            "the provider crashed ({cause}; details in the host log); this request failed, the host keeps serving"
+            "the provider crashed ({cause}; details in the host log)"
         ))
+        .hint("this request failed, the host keeps serving")
+        .retryable()
     }
 
-    pub fn to_json(&self) -> Value {
-        json!({"code": self.code, "message": self.message, "data": self.data})
+    /// The JSON-RPC `code` of the answer.
+    pub fn jsonrpc_code(&self) -> i64 {
+        match (self.code, self.malformed) {
+            (_, Some(Malformed::Parse)) => PARSE_ERROR,
+            (_, Some(Malformed::Request)) => INVALID_REQUEST,
+            (_, Some(Malformed::Method)) => METHOD_NOT_FOUND,
+            (EppCode::InvalidArgument, None) => INVALID_PARAMS,
+            (EppCode::Cancelled, None) => CANCELLED,
+            (_, None) => EPP_ERROR,
+        }
     }
 
-    pub fn epp_code(&self) -> Option<&str> {
-        self.data.get("epp_code").and_then(Value::as_str)
+    /// The answer's `message`: what went wrong, then what to do.
+    pub fn wire_message(&self) -> Cow<'_, str> {
+        match &self.hint {
+            None => Cow::Borrowed(&self.message),
+            Some(hint) => Cow::Owned(format!("{}; {hint}", self.message)),
+        }
     }
 }
 
 impl From<EppError> for RpcError {
     fn from(e: EppError) -> RpcError {
         RpcError::from_epp(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_wit_code_has_its_epp_code() {
+        let cases = [
+            ("invalid-argument", "E1001", INVALID_PARAMS),
+            ("configuration", "E2001", EPP_ERROR),
+            ("credentials-rejected", "E2002", EPP_ERROR),
+            ("not-found", "E4004", EPP_ERROR),
+            ("conflict", "E4009", EPP_ERROR),
+            ("upstream", "E5001", EPP_ERROR),
+            ("unreachable", "E5003", EPP_ERROR),
+            ("timed-out", "E5004", EPP_ERROR),
+            ("denied-by-policy", "E6001", EPP_ERROR),
+            ("unsupported", "E8004", EPP_ERROR),
+            ("provider-fault", "E9001", EPP_ERROR),
+        ];
+        for (name, epp, jsonrpc) in cases {
+            let code = error_code(name).expect(name);
+            let e = RpcError::from_epp(EppError {
+                code,
+                message: "m".into(),
+                http_status: Some(503),
+                upstream_code: Some("X".into()),
+            });
+            assert_eq!(e.code.as_str(), epp, "{name}");
+            assert_eq!(e.jsonrpc_code(), jsonrpc, "{name}");
+            assert_eq!(e.retryable, matches!(name, "upstream" | "unreachable"));
+            assert_eq!(
+                (e.http_status, e.upstream_code.as_deref()),
+                (Some(503), Some("X"))
+            );
+        }
+        assert_eq!(error_code("teapot"), None);
+    }
+
+    #[test]
+    fn host_errors_carry_their_jsonrpc_code_and_hint() {
+        let cases = [
+            (
+                RpcError::parse_error("p"),
+                PARSE_ERROR,
+                EppCode::InvalidArgument,
+            ),
+            (
+                RpcError::invalid_request("r"),
+                INVALID_REQUEST,
+                EppCode::InvalidArgument,
+            ),
+            (
+                RpcError::method_not_found("x.y"),
+                METHOD_NOT_FOUND,
+                EppCode::InvalidArgument,
+            ),
+            (
+                RpcError::invalid_params("x.y", "no"),
+                INVALID_PARAMS,
+                EppCode::InvalidArgument,
+            ),
+            (RpcError::cancelled(), CANCELLED, EppCode::Cancelled),
+            (RpcError::fault("f"), EPP_ERROR, EppCode::ProviderFault),
+            (
+                RpcError::unsupported("x.y", "pty", "p"),
+                EPP_ERROR,
+                EppCode::Unsupported,
+            ),
+        ];
+        for (e, jsonrpc, code) in cases {
+            assert_eq!((e.jsonrpc_code(), e.code), (jsonrpc, code), "{e}");
+        }
+        let e = RpcError::method_not_found("x.y");
+        assert_eq!(e.message, "unknown method `x.y`");
+        assert_eq!(
+            e.wire_message(),
+            "unknown method `x.y`; see docs/epp-1.md for the method list, or call epp.hello"
+        );
+        assert_eq!(RpcError::fault("f").wire_message(), "f");
     }
 }

@@ -2,7 +2,7 @@
 //! so lines never interleave), or a terminal printer for `epp-host call`.
 
 use super::errors::RpcError;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use std::io::Write;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -94,7 +94,7 @@ impl Outbox {
         }
         let message = match result {
             Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-            Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error.to_json()}),
+            Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error_object(&error)}),
         };
         self.send(message).await;
     }
@@ -107,6 +107,21 @@ impl Outbox {
         self.send(json!({"jsonrpc": "2.0", "method": method, "params": params}))
             .await;
     }
+}
+
+/// An error as the JSON-RPC error object of docs/epp-1.md §6: `code`,
+/// `message` (with the hint), and `data` with `epp_code`, then `http_status`
+/// and `upstream_code` when the backend gave them.
+pub fn error_object(error: &RpcError) -> Value {
+    let mut data = Map::with_capacity(3);
+    data.insert("epp_code".into(), json!(error.code.as_str()));
+    if let Some(status) = error.http_status {
+        data.insert("http_status".into(), json!(status));
+    }
+    if let Some(code) = &error.upstream_code {
+        data.insert("upstream_code".into(), json!(code));
+    }
+    json!({"code": error.jsonrpc_code(), "message": error.wire_message(), "data": data})
 }
 
 /// `epp-host call`: command output goes to stdout/stderr as text, terminal

@@ -91,10 +91,10 @@ impl Server {
             Line::Complete(bytes) => bytes,
             Line::TooLong { head, len } => {
                 let error = RpcError::invalid_request(format!(
-                    "the line is {len} bytes, more than this host accepts ({} bytes, --max-line-bytes); \
-                     send large files in parts",
+                    "the line is {len} bytes, more than this host accepts ({} bytes, --max-line-bytes)",
                     self.opts.max_line_bytes
-                ));
+                ))
+                .hint("send large files in parts");
                 self.out.respond(id_from_head(&head), Err(error)).await;
                 return;
             }
@@ -158,16 +158,19 @@ impl Server {
         };
         if !fresh {
             let error = RpcError::invalid_request(format!(
-                "id {key} is already used by a request in flight; use a new id per request"
-            ));
+                "id {key} is already used by a request in flight"
+            ))
+            .hint("use a new id per request");
             return self.out.respond(id, Err(error)).await;
         }
         let Ok(permit) = self.slots.clone().try_acquire_owned() else {
             self.inflight.lock().expect("lock").remove(&key);
             let error = RpcError::fault(format!(
-                "too many requests in flight (limit {}, --max-concurrent); retry when some have finished",
+                "too many requests in flight (limit {}, --max-concurrent)",
                 self.opts.max_concurrent
-            ));
+            ))
+            .hint("retry when some have finished")
+            .retryable();
             return self.out.respond(id, Err(error)).await;
         };
         let server = self.clone();

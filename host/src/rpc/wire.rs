@@ -216,6 +216,7 @@ pub fn id_from_head(head: &[u8]) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rpc::errors::EppCode;
     use serde_json::json;
 
     async fn lines(input: &[u8], cap: usize) -> Vec<Line> {
@@ -300,9 +301,14 @@ mod tests {
         for (line, code, want_id) in cases {
             match parse(line) {
                 Incoming::Invalid { id, error } => {
-                    assert_eq!(error.code, code, "{}", String::from_utf8_lossy(line));
+                    assert_eq!(
+                        error.jsonrpc_code(),
+                        code,
+                        "{}",
+                        String::from_utf8_lossy(line)
+                    );
                     assert_eq!(id, want_id, "{}", String::from_utf8_lossy(line));
-                    assert_eq!(error.epp_code(), Some("E1001"));
+                    assert_eq!(error.code, EppCode::InvalidArgument);
                 }
                 other => panic!("{}: {other:?}", String::from_utf8_lossy(line)),
             }

@@ -1,31 +1,18 @@
 //! Per-instance limits: linear memory, CPU time per call, and how hitting
 //! them is reported (E9001, naming the flag to change).
 
-use std::fmt;
-
 /// Which limit stopped a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum LimitHit {
+    #[error(
+        "the provider tried to use more than {cap_mib} MiB of memory and was stopped (raise --max-memory-mib)"
+    )]
     Memory { cap_mib: u64 },
+    #[error(
+        "the provider used more than {budget_ms} ms of CPU in one call and was stopped (raise --cpu-budget-ms)"
+    )]
     Cpu { budget_ms: u64 },
 }
-
-impl fmt::Display for LimitHit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LimitHit::Memory { cap_mib } => write!(
-                f,
-                "the provider tried to use more than {cap_mib} MiB of memory and was stopped (raise --max-memory-mib)"
-            ),
-            LimitHit::Cpu { budget_ms } => write!(
-                f,
-                "the provider used more than {budget_ms} ms of CPU in one call and was stopped (raise --cpu-budget-ms)"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for LimitHit {}
 
 /// Limits applied to every instance.
 #[derive(Debug, Clone, Copy)]

@@ -4,7 +4,7 @@
 //! this adapter's own.
 
 use super::{CallCtx, Method, drop_resource, guest_res, resource, take_flag};
-use crate::rpc::errors::RpcError;
+use crate::rpc::errors::{EppCode, RpcError};
 use crate::runtime::Instance;
 use crate::runtime::bindings::infra::{CommandEvent, CommandExit};
 use serde_json::{Map, Value, json};
@@ -124,7 +124,7 @@ async fn follow(
             Err(e) => {
                 // The command may still run; don't leave it behind (unless it already
                 // died of its own timeout).
-                if e.epp_code() == Some("E5004") {
+                if e.code == EppCode::TimedOut {
                     ctx.started.lock().expect("lock").take();
                 }
                 ctx.abandon().await;

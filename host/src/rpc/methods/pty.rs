@@ -49,7 +49,7 @@ pub async fn create(
                 Ok(None) => {
                     break json!({"exit_code": null, "error": "the terminal connection closed"});
                 }
-                Err(e) => break json!({"exit_code": null, "error": e.message}),
+                Err(e) => break json!({"exit_code": null, "error": e.wire_message()}),
             }
         };
         drop_resource(&mut inst, stream).await;
