@@ -220,6 +220,9 @@ impl Guest for Provider {
     fn files_rename(sandbox_id: String, old_path: String, new_path: String) -> R<FileInfo> {
         files::rename(&sandbox_id, &old_path, &new_path)
     }
+    fn files_search(sandbox_id: String, path: String, pattern: String) -> R<Vec<FileInfo>> {
+        files::search(&sandbox_id, &path, &pattern)
+    }
 
     fn ports_url(sandbox_id: String, port: u16) -> R<PortUrl> {
         ports::url(&sandbox_id, port)

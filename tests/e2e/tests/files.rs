@@ -1,4 +1,4 @@
-//! files.rw: binary safety, large files, odd paths, and errors.
+//! files.rw: binary safety, large files, odd paths, search, and errors.
 
 use epp_e2e::{Host, Mode, b64d, b64e, both_modes, workdir};
 use serde_json::json;
@@ -219,3 +219,133 @@ both_modes!(
     paths_with_spaces_and_utf8_and_errors,
     super::paths_and_errors
 );
+
+/// files.search: a plain method added in wit/ and the guest only (docs/epp-1.md §8).
+fn search(mode: Mode) {
+    let host = Host::start(mode);
+    let id = host.create_sandbox();
+    let root = format!("{}/search tree ü", workdir(&host, &id));
+    for p in [
+        "a.py",
+        "notes.txt",
+        "src/b.py",
+        "src/pkg/c.py",
+        "src/pkg/d.rs",
+        "docs/.hidden.py",
+    ] {
+        host.ok(
+            "files.write",
+            json!({"sandbox_id": id, "path": format!("{root}/{p}"), "content": p}),
+        );
+    }
+    // A directory whose name matches is searched, never listed.
+    host.ok(
+        "files.make_dir",
+        json!({"sandbox_id": id, "path": format!("{root}/dir.py/empty")}),
+    );
+    let search = |path: &str, pattern: Option<&str>| -> Vec<String> {
+        let mut params = json!({"sandbox_id": id, "path": path});
+        if let Some(p) = pattern {
+            params["pattern"] = json!(p);
+        }
+        let found = host.ok("files.search", params);
+        found["entries"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no entries: {found}"))
+            .iter()
+            .map(|e| {
+                let path = e["path"].as_str().unwrap();
+                assert_eq!(e["type"], "file", "{e}");
+                assert!(path.ends_with(&format!("/{}", e["name"].as_str().unwrap())));
+                path.strip_prefix(&root).unwrap_or(path).to_string()
+            })
+            .collect()
+    };
+    // Names at any depth, in walk order (by name, depth first); dot files are not special.
+    assert_eq!(
+        search(&root, Some("*.py")),
+        ["/a.py", "/docs/.hidden.py", "/src/b.py", "/src/pkg/c.py"]
+    );
+    assert_eq!(search(&root, Some("**/*.py")), search(&root, Some("*.py")));
+    // No pattern: every file, no directory.
+    assert_eq!(
+        search(&root, None),
+        [
+            "/a.py",
+            "/docs/.hidden.py",
+            "/notes.txt",
+            "/src/b.py",
+            "/src/pkg/c.py",
+            "/src/pkg/d.rs"
+        ]
+    );
+    assert_eq!(
+        search(&root, Some("*.{rs,txt}")),
+        ["/notes.txt", "/src/pkg/d.rs"]
+    );
+    assert_eq!(
+        search(&root, Some("!(*.py)")),
+        ["/notes.txt", "/src/pkg/d.rs"]
+    );
+    assert_eq!(
+        search(&root, Some("[a-c].py")),
+        ["/a.py", "/src/b.py", "/src/pkg/c.py"]
+    );
+    // A nested start; a file as the start.
+    assert_eq!(
+        search(&format!("{root}/src/pkg"), Some("*")),
+        ["/src/pkg/c.py", "/src/pkg/d.rs"]
+    );
+    assert_eq!(search(&format!("{root}/a.py"), Some("a.*")), ["/a.py"]);
+    // No match is an empty list, not an error.
+    assert!(search(&root, Some("*.java")).is_empty());
+    assert!(
+        search(&root, Some("A.PY")).is_empty(),
+        "names match case-sensitively"
+    );
+
+    // Entries are whole FileInfos.
+    let one = host.ok(
+        "files.search",
+        json!({"sandbox_id": id, "path": format!("{root}/src"), "pattern": "c.py"}),
+    );
+    let c = &one["entries"][0];
+    assert_eq!(
+        (&c["name"], &c["size"], &c["mode"]),
+        (&json!("c.py"), &json!("src/pkg/c.py".len()), &json!("0644")),
+        "{one}"
+    );
+    assert!(c["modified_at"].is_string(), "{one}");
+
+    let e = host.fails(
+        "files.search",
+        json!({"sandbox_id": id, "path": format!("{root}/nope"), "pattern": "*"}),
+        "E4004",
+    );
+    assert!(e.message.contains("nope"), "{e:?}");
+    // A malformed pattern is E1001 with the reason, also where there is nothing to match.
+    let empty = format!("{root}/dir.py/empty");
+    for (path, pattern, says) in [
+        (&root, "[", "not a valid glob"),
+        (&empty, "{a,b", "not a valid glob"),
+        (&root, "why!.txt", "`!(…)`"),
+        (&root, "src/*.py", "directory part"),
+        (&root, "", "empty"),
+    ] {
+        let e = host.fails(
+            "files.search",
+            json!({"sandbox_id": id, "path": path, "pattern": pattern}),
+            "E1001",
+        );
+        assert!(e.message.contains(says), "{pattern}: {e:?}");
+    }
+    // The generic codec's own checks apply to the new method as to any.
+    let e = host.fails(
+        "files.search",
+        json!({"sandbox_id": id, "path": root, "glob": "*"}),
+        "E1001",
+    );
+    assert!(e.message.contains("unknown field `glob`"), "{e:?}");
+    host.fails("files.search", json!({"sandbox_id": id}), "E1001");
+}
+both_modes!(search_finds_files_by_name, super::search);

@@ -670,6 +670,9 @@ impl Guest for Probe {
     fn files_rename(_: String, _: String, _: String) -> R<FileInfo> {
         Err(unsupported("files-rename"))
     }
+    fn files_search(_: String, _: String, _: String) -> R<Vec<FileInfo>> {
+        Err(unsupported("files-search"))
+    }
     fn ports_url(_: String, _: u16) -> R<PortUrl> {
         Err(unsupported("ports-url"))
     }

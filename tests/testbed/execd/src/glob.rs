@@ -1,65 +1,36 @@
 //! Doublestar-style glob matching for `/files/search` (execd matches the pattern against a
-//! file's base name only): `*`, `**`, `?`, `[...]` / `[!...]` / `[^...]`, `{a,b}`, `\` escapes.
+//! file's base name only): `*`, `**`, `?`, `[...]` / `[!...]` / `[^...]`, `{a,b}`, `\` escapes,
+//! and execd's own `!(x)`: the rest of the pattern, with `x` in place, must not match. Braces
+//! and `!` are taken where the matcher reaches them, as execd does; execd negates from its
+//! last `*`, the stand-in from the `!` (the same wherever no `*` comes before it).
 
 #[derive(Debug)]
 pub struct BadPattern;
 
 pub fn matches(pattern: &str, name: &str) -> Result<bool, BadPattern> {
+    let p: Vec<char> = pattern.chars().collect();
     let name: Vec<char> = name.chars().collect();
-    for alt in expand_braces(pattern)? {
-        let p: Vec<char> = alt.chars().collect();
-        if match_at(&p, &name, true)? {
-            return Ok(true);
-        }
-    }
-    Ok(false)
+    match_at(&p, &name, true)
 }
 
-/// Expands `{a,b}` alternatives (nested allowed) into plain patterns.
-fn expand_braces(p: &str) -> Result<Vec<String>, BadPattern> {
-    let chars: Vec<char> = p.chars().collect();
+/// Index in `p` of the `close` that brings `depth` (opens already counted) to 0; `\` escapes.
+fn closing(p: &[char], open: char, close: char, mut depth: i32) -> Option<usize> {
     let mut i = 0;
-    while i < chars.len() {
-        match chars[i] {
-            '\\' => i += 2,
-            '{' => {
-                let mut depth = 0;
-                let mut commas = vec![];
-                let mut j = i;
-                let close = loop {
-                    if j >= chars.len() {
-                        return Err(BadPattern);
-                    }
-                    match chars[j] {
-                        '\\' => j += 1,
-                        '{' => depth += 1,
-                        '}' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                break j;
-                            }
-                        }
-                        ',' if depth == 1 => commas.push(j),
-                        _ => {}
-                    }
-                    j += 1;
-                };
-                let head: String = chars[..i].iter().collect();
-                let tail: String = chars[close + 1..].iter().collect();
-                let mut bounds = vec![i];
-                bounds.extend(commas);
-                bounds.push(close);
-                let mut out = vec![];
-                for w in bounds.windows(2) {
-                    let alt: String = chars[w[0] + 1..w[1]].iter().collect();
-                    out.extend(expand_braces(&format!("{head}{alt}{tail}"))?);
+    while i < p.len() {
+        match p[i] {
+            '\\' => i += 1,
+            c if c == open => depth += 1,
+            c if c == close => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i);
                 }
-                return Ok(out);
             }
-            _ => i += 1,
+            _ => {}
         }
+        i += 1;
     }
-    Ok(vec![p.to_string()])
+    None
 }
 
 fn match_at(p: &[char], n: &[char], seg_start: bool) -> Result<bool, BadPattern> {
@@ -98,6 +69,41 @@ fn match_at(p: &[char], n: &[char], seg_start: bool) -> Result<bool, BadPattern>
                 }
             }
             Ok(false)
+        }
+        '{' => {
+            // `{a,b}`: each alternative in place, in order (nested braces allowed).
+            let close = 1 + closing(&p[1..], '{', '}', 1).ok_or(BadPattern)?;
+            let (mut start, mut depth, mut i) = (1, 0, 1);
+            let mut alts = vec![];
+            while i < close {
+                match p[i] {
+                    '\\' => i += 1,
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        alts.push(&p[start..i]);
+                        start = i + 1;
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            alts.push(&p[start..close]);
+            for alt in alts {
+                if match_at(&[alt, &p[close + 1..]].concat(), n, true)? {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        }
+        '!' => {
+            // execd drops the `!`, the `(` after it and its `)`, and negates the rest.
+            if n.is_empty() {
+                return Ok(false);
+            }
+            let close = 1 + closing(&p[1..], '(', ')', 0).ok_or(BadPattern)?;
+            let rest: Vec<char> = p[2..close].iter().chain(&p[close + 1..]).copied().collect();
+            Ok(!match_at(&rest, n, true)?)
         }
         '?' => Ok(!n.is_empty() && n[0] != '/' && match_at(&p[1..], &n[1..], false)?),
         '[' => {
@@ -175,10 +181,21 @@ mod tests {
             ("*.{py,rs}", "m.rs", true),
             ("\\*", "*", true),
             ("*", "", true),
+            ("!(*.py)", "a.py", false),
+            ("!(*.py)", "a.rs", true),
+            ("test_!(*.py)", "test_a.rs", true),
+            ("test_!(*.py)", "test_a.py", false),
+            ("test_!(*.py)", "test_", false),
+            ("!(*.{py,rs})", "m.rs", false),
+            ("!(*.{py,rs})", "m.go", true),
+            ("{a,b{c,d}}.txt", "bd.txt", true),
+            ("\\!", "!", true),
         ] {
             assert_eq!(matches(p, n).unwrap(), want, "{p} vs {n}");
         }
         assert!(matches("[", "a").is_err());
         assert!(matches("{a,b", "a").is_err());
+        assert!(matches("a!b", "a!b").is_err(), "a `!` must open `!(…)`");
+        assert!(matches("!(a", "x").is_err());
     }
 }
