@@ -9,35 +9,13 @@ use crate::error::{self, Result, invalid, not_found};
 use crate::execd::Execd;
 use crate::http::{Timeouts, encode};
 use crate::lifecycle::{Lifecycle, check_id};
+use crate::lines::{self, Evidence, Lines};
 use crate::models::{self, ExecEvent, RunCommand};
 use crate::sse::{Frame, FrameReader};
 use crate::time::{monotonic_ms, sleep_ms};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-/// Output events without line terminators come from execd ≤ 1.0.19, which
-/// strips them; newer execd keeps them. Raw is decided per stream on first
-/// evidence; until then every event is taken as one stripped line.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Lines {
-    Unknown,
-    Raw,
-}
-
-fn restore_line(mode: &mut Lines, text: String) -> String {
-    let body = text.trim_end_matches(['\n', '\r']);
-    if *mode == Lines::Unknown && text.len() > 1 && (body.len() < text.len() || body.contains('\n'))
-    {
-        *mode = Lines::Raw;
-    }
-    match *mode {
-        Lines::Raw => text,
-        // A blank line arrives as "\n"; every other event is one line without its terminator.
-        _ if text == "\n" => text,
-        _ => text + "\n",
-    }
-}
 
 fn body(req: &CommandRequest, background: bool) -> Result<Vec<u8>> {
     if req.cmd.trim().is_empty() {
@@ -86,6 +64,37 @@ fn start(execd: &mut Execd, req: &CommandRequest, background: bool) -> Result<Fr
     Ok(FrameReader::new(resp.into_reader()))
 }
 
+/// Learns how the sandbox's execd sends output lines by running `echo x`
+/// (crate::lines), and remembers it. `None` when the probe says nothing clear.
+fn probe_lines(sandbox_id: &str) -> Option<Lines> {
+    let req = CommandRequest {
+        sandbox_id: sandbox_id.to_string(),
+        cmd: "echo x".to_string(),
+        cwd: None,
+        envs: Vec::new(),
+        timeout_ms: Some(10_000),
+    };
+    let mut execd = Execd::connect(sandbox_id).ok()?;
+    let mut reader = start(&mut execd, &req, false).ok()?;
+    let mut stdout = String::new();
+    let ok = loop {
+        match reader.next() {
+            Ok(Some(Ok(Frame::Event(e)))) => match e.kind.as_str() {
+                "stdout" => stdout.push_str(e.text.as_deref().unwrap_or_default()),
+                "execution_complete" => break true,
+                "error" => break false,
+                _ => {}
+            },
+            Ok(None) => break false,
+            _ => break false,
+        }
+    };
+    reader.close();
+    let kind = lines::from_probe(&stdout).filter(|_| ok)?;
+    lines::remember(sandbox_id, kind);
+    Some(kind)
+}
+
 /// Go's names for signals, as execd reports a killed process (`signal: killed`).
 const GO_SIGNALS: &[(&str, i32)] = &[
     ("hangup", 1),
@@ -122,25 +131,48 @@ struct StreamState {
     reader: FrameReader,
     sandbox_id: String,
     target: String,
+    /// How this sandbox's execd sends lines, once known.
     lines: Lines,
+    /// The probe found nothing clear: take events as they come (exact on 1.1.1).
+    probe_failed: bool,
     finished: bool,
     timeout_ms: Option<u64>,
     started_ms: u64,
 }
 
 impl StreamState {
+    /// The output an event's text stands for: the text itself on execd ≥ 1.1.1,
+    /// the line with its `\n` back on older execd (crate::lines).
+    fn output(&mut self, text: String) -> String {
+        match (self.lines, lines::evidence(&text)) {
+            // Only execd ≥ 1.1.1 sends a terminator next to other bytes.
+            (Lines::Unknown | Lines::Stripped, Evidence::Raw) => {
+                self.lines = Lines::Raw;
+                lines::remember(&self.sandbox_id, Lines::Raw);
+            }
+            (Lines::Unknown, Evidence::Ambiguous) if !self.probe_failed => {
+                match probe_lines(&self.sandbox_id) {
+                    Some(kind) => self.lines = kind,
+                    None => self.probe_failed = true,
+                }
+            }
+            _ => {}
+        }
+        lines::output(self.lines, text)
+    }
+
     /// Turns one execd event into EPP events (pings and unknown types give none).
     fn convert(&mut self, event: ExecEvent, out: &mut Vec<CommandEvent>) -> Result<()> {
         match event.kind.as_str() {
             "init" => out.push(CommandEvent::Started(event.text.unwrap_or_default())),
-            "stdout" => out.push(CommandEvent::Stdout(restore_line(
-                &mut self.lines,
-                event.text.unwrap_or_default(),
-            ))),
-            "stderr" => out.push(CommandEvent::Stderr(restore_line(
-                &mut self.lines,
-                event.text.unwrap_or_default(),
-            ))),
+            "stdout" => {
+                let text = self.output(event.text.unwrap_or_default());
+                out.push(CommandEvent::Stdout(text));
+            }
+            "stderr" => {
+                let text = self.output(event.text.unwrap_or_default());
+                out.push(CommandEvent::Stderr(text));
+            }
             "execution_complete" => {
                 self.finished = true;
                 out.push(CommandEvent::Exited(CommandExit {
@@ -304,7 +336,8 @@ pub fn run(req: CommandRequest) -> Result<CommandStream> {
             reader,
             sandbox_id: req.sandbox_id.clone(),
             target: execd.target().to_string(),
-            lines: Lines::Unknown,
+            lines: lines::remembered(&req.sandbox_id),
+            probe_failed: false,
             finished: false,
             timeout_ms: req.timeout_ms,
             started_ms,
@@ -422,22 +455,6 @@ mod tests {
             Some(139)
         );
         assert_eq!(signal_exit_code("exit status 3"), None);
-    }
-
-    #[test]
-    fn line_terminators_are_restored_once() {
-        let mut mode = Lines::Unknown;
-        assert_eq!(restore_line(&mut mode, "a".into()), "a\n");
-        assert_eq!(restore_line(&mut mode, "\n".into()), "\n");
-        assert_eq!(mode, Lines::Unknown);
-        let mut raw = Lines::Unknown;
-        assert_eq!(restore_line(&mut raw, "a\n".into()), "a\n");
-        assert_eq!(raw, Lines::Raw);
-        assert_eq!(restore_line(&mut raw, "tail".into()), "tail");
-        // Multi-byte characters at the end are not cut.
-        let mut mode = Lines::Unknown;
-        assert_eq!(restore_line(&mut mode, "dir ü".into()), "dir ü\n");
-        assert_eq!(restore_line(&mut mode, "ü\n".into()), "ü\n");
     }
 }
 

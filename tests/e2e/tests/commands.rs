@@ -317,3 +317,91 @@ fn processes(mode: Mode) {
     );
 }
 both_modes!(process_list_and_signal, super::processes);
+
+/// Runs `cmd` buffered and streamed; returns (stdout, stderr) of each.
+fn both_ways(host: &Host, id: &str, cmd: &str) -> [(String, String); 2] {
+    let r = host.ok("commands.run", json!({"sandbox_id": id, "cmd": cmd}));
+    assert_eq!(r["exit_code"], 0, "{cmd}: {r}");
+    let buffered = (
+        r["stdout"].as_str().unwrap().to_string(),
+        r["stderr"].as_str().unwrap().to_string(),
+    );
+    let req = host.send(
+        "commands.run",
+        json!({"sandbox_id": id, "cmd": cmd, "stream": true}),
+    );
+    let answer = host.wait(&req, Duration::from_secs(60)).expect("stream");
+    assert_eq!(answer["exit_code"], 0, "{cmd}: {answer}");
+    let outputs = host.notes_for("commands.output", &req);
+    let of = |stream: &str| -> String {
+        outputs
+            .iter()
+            .filter(|(_, n)| n["params"]["stream"] == stream)
+            .map(|(_, n)| n["params"]["data"].as_str().unwrap())
+            .collect()
+    };
+    [buffered, (of("stdout"), of("stderr"))]
+}
+
+fn exact_output(mode: Mode) {
+    let host = Host::start(mode);
+    let id = host.create_sandbox();
+    // execd 1.1.1 keeps every byte: nothing is added or lost, buffered or streamed.
+    for (cmd, stdout, stderr) in [
+        ("printf abc", "abc", ""),
+        ("printf 'a\\r\\nb\\n\\n\\rc'", "a\r\nb\n\n\rc", ""),
+        ("printf '\\n\\nx\\n\\n'", "\n\nx\n\n", ""),
+        (
+            "printf '10%%\\r50%%\\r100%%'; printf 'no newline' >&2",
+            "10%\r50%\r100%",
+            "no newline",
+        ),
+        ("echo one; printf two", "one\ntwo", ""),
+    ] {
+        for (way, got) in ["buffered", "streamed"]
+            .iter()
+            .zip(both_ways(&host, &id, cmd))
+        {
+            assert_eq!(
+                (got.0.as_str(), got.1.as_str()),
+                (stdout, stderr),
+                "{way}: {cmd}"
+            );
+        }
+    }
+}
+both_modes!(output_is_exact_on_execd_1_1_1, super::exact_output);
+
+fn older_execd_fallback(mode: Mode) {
+    let host = Host::start(mode);
+    // A sandbox whose execd cuts lines like execd <= 1.1.0 (terminators dropped).
+    let legacy = host.create_info(json!({
+        "metadata": {"e2e": unique("legacy")},
+        "env": {"EXECD_STANDIN_LEGACY_LINES": "1"}
+    }))["sandbox_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // First command: one line without evidence either way; a probe settles it.
+    let [buffered, streamed] = both_ways(&host, &legacy, "echo abc");
+    assert_eq!(buffered.0, "abc\n");
+    assert_eq!(streamed.0, "abc\n");
+    for (cmd, stdout) in [
+        ("printf 'a\\n\\nb\\n'", "a\n\nb\n"),
+        ("echo one; echo two >&2", "one\n"),
+        ("printf 'x\\r\\ny\\n'", "x\ny\n"),
+    ] {
+        for (way, got) in ["buffered", "streamed"]
+            .iter()
+            .zip(both_ways(&host, &legacy, cmd))
+        {
+            assert_eq!(got.0, stdout, "{way}: {cmd}");
+        }
+    }
+    // What older execd cannot tell: whether the last line had a newline.
+    assert_eq!(both_ways(&host, &legacy, "printf abc")[0].0, "abc\n");
+    // Another sandbox of the same host has execd 1.1.1: exact again.
+    let id = host.create_sandbox();
+    assert_eq!(both_ways(&host, &id, "printf abc")[0].0, "abc");
+}
+both_modes!(older_execd_lines_are_detected, super::older_execd_fallback);
