@@ -46,20 +46,51 @@ fn body(req: &CommandRequest, background: bool) -> Result<Vec<u8>> {
     Ok(serde_json::to_vec(&run).expect("serialisable"))
 }
 
+/// How long past its own timeout a command may stay silent: execd answers at
+/// once (`init`), pings every 3 s and reports the kill right after the timeout.
+const TIMEOUT_SLACK: Duration = Duration::from_secs(2);
+
+/// The waits of `POST /command`. Pings arrive every 3 s once the command runs,
+/// so a long silence means trouble; with a command timeout, no wait (connect,
+/// first byte, between bytes) is longer than that timeout plus a little slack,
+/// so a sandbox that does not answer (e.g. paused) fails in about that time.
+fn command_timeouts(timeout_ms: Option<u64>) -> Timeouts {
+    let t = Timeouts::API.between_bytes(Duration::from_secs(120));
+    let Some(ms) = timeout_ms else {
+        return t;
+    };
+    let bound = Duration::from_millis(ms) + TIMEOUT_SLACK;
+    Timeouts {
+        connect: t.connect.min(bound),
+        first_byte: t.first_byte.min(bound),
+        between_bytes: t.between_bytes.min(bound),
+    }
+}
+
 /// Starts `POST /command` and returns its event stream.
 fn start(execd: &mut Execd, req: &CommandRequest, background: bool) -> Result<FrameReader> {
     let body = body(req, background)?;
-    // Pings arrive every 3 s once the command runs; a long silence means trouble.
-    let timeouts = Timeouts::API.between_bytes(Duration::from_secs(120));
-    let resp = execd.send(
-        |e| {
-            Ok(e.request("POST", "/command")?
-                .header("content-type", "application/json")
-                .header("accept", "text/event-stream")
-                .timeouts(timeouts))
-        },
-        &body,
-    )?;
+    let timeouts = command_timeouts(req.timeout_ms);
+    let resp = execd
+        .send(
+            |e| {
+                Ok(e.request("POST", "/command")?
+                    .header("content-type", "application/json")
+                    .header("accept", "text/event-stream")
+                    .timeouts(timeouts))
+            },
+            &body,
+        )
+        .map_err(|e| match req.timeout_ms {
+            Some(ms) if e.code == ErrorCode::TimedOut => error::timed_out(format!(
+                "sandbox {} did not answer the command within its timeout of {} s; a paused \
+             sandbox does not answer (resume it with sandbox.resume), else retry or raise \
+             the timeout",
+                req.sandbox_id,
+                ms as f64 / 1000.0
+            )),
+            _ => e,
+        })?;
     let resp = execd.check(resp, "the command")?;
     Ok(FrameReader::new(resp.into_reader()))
 }
@@ -455,6 +486,37 @@ mod tests {
             Some(139)
         );
         assert_eq!(signal_exit_code("exit status 3"), None);
+    }
+
+    #[test]
+    fn a_command_timeout_bounds_every_wait() {
+        let t = command_timeouts(None);
+        assert_eq!(
+            (t.connect, t.first_byte, t.between_bytes),
+            (
+                Duration::from_secs(10),
+                Duration::from_secs(60),
+                Duration::from_secs(120)
+            )
+        );
+        let t = command_timeouts(Some(5_000));
+        assert_eq!(
+            (t.connect, t.first_byte, t.between_bytes),
+            (
+                Duration::from_secs(7),
+                Duration::from_secs(7),
+                Duration::from_secs(7)
+            )
+        );
+        let t = command_timeouts(Some(3_600_000));
+        assert_eq!(
+            (t.connect, t.first_byte, t.between_bytes),
+            (
+                Duration::from_secs(10),
+                Duration::from_secs(60),
+                Duration::from_secs(120)
+            )
+        );
     }
 }
 

@@ -405,3 +405,41 @@ fn older_execd_fallback(mode: Mode) {
     assert_eq!(both_ways(&host, &id, "printf abc")[0].0, "abc");
 }
 both_modes!(older_execd_lines_are_detected, super::older_execd_fallback);
+
+fn paused_timeout(mode: Mode) {
+    let host = Host::start(mode);
+    let id = host.create_sandbox();
+    host.ok("sandbox.pause", json!({"sandbox_id": id}));
+    let started = Instant::now();
+    let e = host.fails(
+        "commands.run",
+        json!({"sandbox_id": id, "cmd": "echo x", "timeout": 2}),
+        "E5004",
+    );
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(10), "took {took:?}: {e:?}");
+    assert!(e.message.contains("paused"), "{e:?}");
+    // Streamed and background runs are bounded the same way.
+    let started = Instant::now();
+    host.fails(
+        "commands.run",
+        json!({"sandbox_id": id, "cmd": "echo x", "timeout": 2, "stream": true}),
+        "E5004",
+    );
+    host.fails(
+        "commands.run",
+        json!({"sandbox_id": id, "cmd": "echo x", "timeout": 2, "background": true}),
+        "E5004",
+    );
+    assert!(started.elapsed() < Duration::from_secs(20));
+    host.ok("sandbox.resume", json!({"sandbox_id": id}));
+    let r = host.ok(
+        "commands.run",
+        json!({"sandbox_id": id, "cmd": "echo back", "timeout": 5}),
+    );
+    assert_eq!(r["stdout"], "back\n");
+}
+both_modes!(
+    paused_sandbox_honours_the_command_timeout,
+    super::paused_timeout
+);
