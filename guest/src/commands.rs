@@ -144,6 +144,15 @@ const GO_SIGNALS: &[(&str, i32)] = &[
     ("terminated", 15),
 ];
 
+/// The exit code `commands.status` reports: execd says -1 for a process killed by
+/// a signal (its error names the signal); that becomes 128 + N as in `commands.run`.
+fn status_exit_code(code: Option<i32>, error: Option<&str>) -> Option<i32> {
+    match code {
+        Some(-1) => Some(error.and_then(signal_exit_code).unwrap_or(-1)),
+        other => other,
+    }
+}
+
 /// `signal: killed` → 137, like a shell's `$?`.
 fn signal_exit_code(detail: &str) -> Option<i32> {
     let name = detail.trim().strip_prefix("signal: ")?;
@@ -437,11 +446,12 @@ pub fn status(sandbox_id: &str, command_id: &str) -> Result<CommandStatus> {
     let subject = format!("command {command_id}");
     let resp = execd.send(|e| e.request("GET", &path), &[])?;
     let s: models::CommandStatus = execd.json(execd.check(resp, &subject)?, &subject)?;
+    let error = s.error.filter(|e| !e.is_empty());
     Ok(CommandStatus {
         command_id: s.id.unwrap_or_else(|| command_id.to_string()),
         running: s.running,
-        exit_code: s.exit_code,
-        error: s.error.filter(|e| !e.is_empty()),
+        exit_code: status_exit_code(s.exit_code, error.as_deref()),
+        error,
         started_at: s.started_at,
         finished_at: s.finished_at,
     })
@@ -486,6 +496,19 @@ mod tests {
             Some(139)
         );
         assert_eq!(signal_exit_code("exit status 3"), None);
+        // commands.status says the same as commands.run.
+        assert_eq!(
+            status_exit_code(Some(-1), Some("signal: killed")),
+            Some(137)
+        );
+        assert_eq!(
+            status_exit_code(Some(-1), Some("signal: terminated")),
+            Some(143)
+        );
+        assert_eq!(status_exit_code(Some(-1), Some("odd")), Some(-1));
+        assert_eq!(status_exit_code(Some(-1), None), Some(-1));
+        assert_eq!(status_exit_code(Some(3), Some("exit status 3")), Some(3));
+        assert_eq!(status_exit_code(None, None), None);
     }
 
     #[test]

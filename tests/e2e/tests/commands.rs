@@ -243,6 +243,8 @@ fn background(mode: Mode) {
         json!({"sandbox_id": id, "command_id": long_id}),
     );
     assert_eq!(s["running"], false, "{s}");
+    // Interrupted (SIGTERM): 128 + 15, as commands.run reports a signal.
+    assert_eq!(s["exit_code"], 143, "{s}");
     host.fails(
         "commands.status",
         json!({"sandbox_id": id, "command_id": "0123456789abcdef"}),
@@ -442,4 +444,101 @@ fn paused_timeout(mode: Mode) {
 both_modes!(
     paused_sandbox_honours_the_command_timeout,
     super::paused_timeout
+);
+
+/// The pid that a background command printed first in its log.
+fn logged_pid(host: &Host, id: &str, command_id: &str) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let logs = host.ok(
+            "commands.logs",
+            json!({"sandbox_id": id, "command_id": command_id}),
+        );
+        if let Some(pid) = logs["output"]
+            .as_str()
+            .unwrap()
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse().ok())
+        {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "no pid logged: {logs}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn background_children(mode: Mode) {
+    let host = Host::start(mode);
+    let id = host.create_sandbox();
+    let listed = |pid: u64| -> bool {
+        host.ok("process.list", json!({"sandbox_id": id}))["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["pid"] == pid)
+    };
+    for cmd in [
+        "sleep 120 & echo $!",
+        "nohup sleep 120 >/dev/null 2>&1 & echo $!",
+    ] {
+        let r = host.ok(
+            "commands.run",
+            json!({"sandbox_id": id, "background": true, "cmd": cmd}),
+        );
+        let command_id = r["command_id"].as_str().unwrap().to_string();
+        let child = logged_pid(&host, &id, &command_id);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            let s = host.ok(
+                "commands.status",
+                json!({"sandbox_id": id, "command_id": command_id}),
+            );
+            if s["running"] == false {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "{s}");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert_eq!(status["exit_code"], 0, "{status}");
+        // The script is done; what it started in the background still runs.
+        std::thread::sleep(Duration::from_secs(1));
+        assert!(listed(child), "`{cmd}`: child {child} died with its script");
+        // It is an ordinary process of the sandbox: process.signal ends it.
+        host.ok(
+            "process.signal",
+            json!({"sandbox_id": id, "pid": child, "signal": "SIGKILL"}),
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while listed(child) {
+            assert!(Instant::now() < deadline, "{child} survived SIGKILL");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    // A timeout still ends the whole group, children included.
+    let r = host.ok(
+        "commands.run",
+        json!({"sandbox_id": id, "background": true, "timeout": 1, "cmd": "sleep 120 & echo $!; sleep 120"}),
+    );
+    let command_id = r["command_id"].as_str().unwrap().to_string();
+    let child = logged_pid(&host, &id, &command_id);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while listed(child) {
+        assert!(Instant::now() < deadline, "{child} outlived the timeout");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let s = host.ok(
+        "commands.status",
+        json!({"sandbox_id": id, "command_id": command_id}),
+    );
+    // Killed by SIGKILL: 128 + 9, as commands.run says.
+    assert_eq!(
+        (s["running"].clone(), s["exit_code"].clone()),
+        (json!(false), json!(137)),
+        "{s}"
+    );
+}
+both_modes!(
+    background_children_outlive_their_script,
+    super::background_children
 );
