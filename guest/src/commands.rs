@@ -9,35 +9,13 @@ use crate::error::{self, Result, invalid, not_found};
 use crate::execd::Execd;
 use crate::http::{Timeouts, encode};
 use crate::lifecycle::{Lifecycle, check_id};
+use crate::lines::{self, Evidence, Lines};
 use crate::models::{self, ExecEvent, RunCommand};
 use crate::sse::{Frame, FrameReader};
 use crate::time::{monotonic_ms, sleep_ms};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-/// Output events without line terminators come from execd ≤ 1.0.19, which
-/// strips them; newer execd keeps them. Raw is decided per stream on first
-/// evidence; until then every event is taken as one stripped line.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Lines {
-    Unknown,
-    Raw,
-}
-
-fn restore_line(mode: &mut Lines, text: String) -> String {
-    let body = text.trim_end_matches(['\n', '\r']);
-    if *mode == Lines::Unknown && text.len() > 1 && (body.len() < text.len() || body.contains('\n'))
-    {
-        *mode = Lines::Raw;
-    }
-    match *mode {
-        Lines::Raw => text,
-        // A blank line arrives as "\n"; every other event is one line without its terminator.
-        _ if text == "\n" => text,
-        _ => text + "\n",
-    }
-}
 
 fn body(req: &CommandRequest, background: bool) -> Result<Vec<u8>> {
     if req.cmd.trim().is_empty() {
@@ -68,22 +46,84 @@ fn body(req: &CommandRequest, background: bool) -> Result<Vec<u8>> {
     Ok(serde_json::to_vec(&run).expect("serialisable"))
 }
 
+/// How long past its own timeout a command may stay silent: execd answers at
+/// once (`init`), pings every 3 s and reports the kill right after the timeout.
+const TIMEOUT_SLACK: Duration = Duration::from_secs(2);
+
+/// The waits of `POST /command`. Pings arrive every 3 s once the command runs,
+/// so a long silence means trouble; with a command timeout, no wait (connect,
+/// first byte, between bytes) is longer than that timeout plus a little slack,
+/// so a sandbox that does not answer (e.g. paused) fails in about that time.
+fn command_timeouts(timeout_ms: Option<u64>) -> Timeouts {
+    let t = Timeouts::API.between_bytes(Duration::from_secs(120));
+    let Some(ms) = timeout_ms else {
+        return t;
+    };
+    let bound = Duration::from_millis(ms) + TIMEOUT_SLACK;
+    Timeouts {
+        connect: t.connect.min(bound),
+        first_byte: t.first_byte.min(bound),
+        between_bytes: t.between_bytes.min(bound),
+    }
+}
+
 /// Starts `POST /command` and returns its event stream.
 fn start(execd: &mut Execd, req: &CommandRequest, background: bool) -> Result<FrameReader> {
     let body = body(req, background)?;
-    // Pings arrive every 3 s once the command runs; a long silence means trouble.
-    let timeouts = Timeouts::API.between_bytes(Duration::from_secs(120));
-    let resp = execd.send(
-        |e| {
-            Ok(e.request("POST", "/command")?
-                .header("content-type", "application/json")
-                .header("accept", "text/event-stream")
-                .timeouts(timeouts))
-        },
-        &body,
-    )?;
+    let timeouts = command_timeouts(req.timeout_ms);
+    let resp = execd
+        .send(
+            |e| {
+                Ok(e.request("POST", "/command")?
+                    .header("content-type", "application/json")
+                    .header("accept", "text/event-stream")
+                    .timeouts(timeouts))
+            },
+            &body,
+        )
+        .map_err(|e| match req.timeout_ms {
+            Some(ms) if e.code == ErrorCode::TimedOut => error::timed_out(format!(
+                "sandbox {} did not answer the command within its timeout of {} s; a paused \
+             sandbox does not answer (resume it with sandbox.resume), else retry or raise \
+             the timeout",
+                req.sandbox_id,
+                ms as f64 / 1000.0
+            )),
+            _ => e,
+        })?;
     let resp = execd.check(resp, "the command")?;
     Ok(FrameReader::new(resp.into_reader()))
+}
+
+/// Learns how the sandbox's execd sends output lines by running `echo x`
+/// (crate::lines), and remembers it. `None` when the probe says nothing clear.
+fn probe_lines(sandbox_id: &str) -> Option<Lines> {
+    let req = CommandRequest {
+        sandbox_id: sandbox_id.to_string(),
+        cmd: "echo x".to_string(),
+        cwd: None,
+        envs: Vec::new(),
+        timeout_ms: Some(10_000),
+    };
+    let mut execd = Execd::connect(sandbox_id).ok()?;
+    let mut reader = start(&mut execd, &req, false).ok()?;
+    let mut stdout = String::new();
+    let ok = loop {
+        match reader.next() {
+            Ok(Some(Ok(Frame::Event(e)))) => match e.kind.as_str() {
+                "stdout" => stdout.push_str(e.text.as_deref().unwrap_or_default()),
+                "execution_complete" => break true,
+                "error" => break false,
+                _ => {}
+            },
+            Ok(None) => break false,
+            _ => break false,
+        }
+    };
+    reader.close();
+    let kind = lines::from_probe(&stdout).filter(|_| ok)?;
+    lines::remember(sandbox_id, kind);
+    Some(kind)
 }
 
 /// Go's names for signals, as execd reports a killed process (`signal: killed`).
@@ -104,6 +144,15 @@ const GO_SIGNALS: &[(&str, i32)] = &[
     ("terminated", 15),
 ];
 
+/// The exit code `commands.status` reports: execd says -1 for a process killed by
+/// a signal (its error names the signal); that becomes 128 + N as in `commands.run`.
+fn status_exit_code(code: Option<i32>, error: Option<&str>) -> Option<i32> {
+    match code {
+        Some(-1) => Some(error.and_then(signal_exit_code).unwrap_or(-1)),
+        other => other,
+    }
+}
+
 /// `signal: killed` → 137, like a shell's `$?`.
 fn signal_exit_code(detail: &str) -> Option<i32> {
     let name = detail.trim().strip_prefix("signal: ")?;
@@ -122,25 +171,48 @@ struct StreamState {
     reader: FrameReader,
     sandbox_id: String,
     target: String,
+    /// How this sandbox's execd sends lines, once known.
     lines: Lines,
+    /// The probe found nothing clear: take events as they come (exact on 1.1.1).
+    probe_failed: bool,
     finished: bool,
     timeout_ms: Option<u64>,
     started_ms: u64,
 }
 
 impl StreamState {
+    /// The output an event's text stands for: the text itself on execd ≥ 1.1.1,
+    /// the line with its `\n` back on older execd (crate::lines).
+    fn output(&mut self, text: String) -> String {
+        match (self.lines, lines::evidence(&text)) {
+            // Only execd ≥ 1.1.1 sends a terminator next to other bytes.
+            (Lines::Unknown | Lines::Stripped, Evidence::Raw) => {
+                self.lines = Lines::Raw;
+                lines::remember(&self.sandbox_id, Lines::Raw);
+            }
+            (Lines::Unknown, Evidence::Ambiguous) if !self.probe_failed => {
+                match probe_lines(&self.sandbox_id) {
+                    Some(kind) => self.lines = kind,
+                    None => self.probe_failed = true,
+                }
+            }
+            _ => {}
+        }
+        lines::output(self.lines, text)
+    }
+
     /// Turns one execd event into EPP events (pings and unknown types give none).
     fn convert(&mut self, event: ExecEvent, out: &mut Vec<CommandEvent>) -> Result<()> {
         match event.kind.as_str() {
             "init" => out.push(CommandEvent::Started(event.text.unwrap_or_default())),
-            "stdout" => out.push(CommandEvent::Stdout(restore_line(
-                &mut self.lines,
-                event.text.unwrap_or_default(),
-            ))),
-            "stderr" => out.push(CommandEvent::Stderr(restore_line(
-                &mut self.lines,
-                event.text.unwrap_or_default(),
-            ))),
+            "stdout" => {
+                let text = self.output(event.text.unwrap_or_default());
+                out.push(CommandEvent::Stdout(text));
+            }
+            "stderr" => {
+                let text = self.output(event.text.unwrap_or_default());
+                out.push(CommandEvent::Stderr(text));
+            }
             "execution_complete" => {
                 self.finished = true;
                 out.push(CommandEvent::Exited(CommandExit {
@@ -304,7 +376,8 @@ pub fn run(req: CommandRequest) -> Result<CommandStream> {
             reader,
             sandbox_id: req.sandbox_id.clone(),
             target: execd.target().to_string(),
-            lines: Lines::Unknown,
+            lines: lines::remembered(&req.sandbox_id),
+            probe_failed: false,
             finished: false,
             timeout_ms: req.timeout_ms,
             started_ms,
@@ -373,11 +446,12 @@ pub fn status(sandbox_id: &str, command_id: &str) -> Result<CommandStatus> {
     let subject = format!("command {command_id}");
     let resp = execd.send(|e| e.request("GET", &path), &[])?;
     let s: models::CommandStatus = execd.json(execd.check(resp, &subject)?, &subject)?;
+    let error = s.error.filter(|e| !e.is_empty());
     Ok(CommandStatus {
         command_id: s.id.unwrap_or_else(|| command_id.to_string()),
         running: s.running,
-        exit_code: s.exit_code,
-        error: s.error.filter(|e| !e.is_empty()),
+        exit_code: status_exit_code(s.exit_code, error.as_deref()),
+        error,
         started_at: s.started_at,
         finished_at: s.finished_at,
     })
@@ -422,22 +496,50 @@ mod tests {
             Some(139)
         );
         assert_eq!(signal_exit_code("exit status 3"), None);
+        // commands.status says the same as commands.run.
+        assert_eq!(
+            status_exit_code(Some(-1), Some("signal: killed")),
+            Some(137)
+        );
+        assert_eq!(
+            status_exit_code(Some(-1), Some("signal: terminated")),
+            Some(143)
+        );
+        assert_eq!(status_exit_code(Some(-1), Some("odd")), Some(-1));
+        assert_eq!(status_exit_code(Some(-1), None), Some(-1));
+        assert_eq!(status_exit_code(Some(3), Some("exit status 3")), Some(3));
+        assert_eq!(status_exit_code(None, None), None);
     }
 
     #[test]
-    fn line_terminators_are_restored_once() {
-        let mut mode = Lines::Unknown;
-        assert_eq!(restore_line(&mut mode, "a".into()), "a\n");
-        assert_eq!(restore_line(&mut mode, "\n".into()), "\n");
-        assert_eq!(mode, Lines::Unknown);
-        let mut raw = Lines::Unknown;
-        assert_eq!(restore_line(&mut raw, "a\n".into()), "a\n");
-        assert_eq!(raw, Lines::Raw);
-        assert_eq!(restore_line(&mut raw, "tail".into()), "tail");
-        // Multi-byte characters at the end are not cut.
-        let mut mode = Lines::Unknown;
-        assert_eq!(restore_line(&mut mode, "dir ü".into()), "dir ü\n");
-        assert_eq!(restore_line(&mut mode, "ü\n".into()), "ü\n");
+    fn a_command_timeout_bounds_every_wait() {
+        let t = command_timeouts(None);
+        assert_eq!(
+            (t.connect, t.first_byte, t.between_bytes),
+            (
+                Duration::from_secs(10),
+                Duration::from_secs(60),
+                Duration::from_secs(120)
+            )
+        );
+        let t = command_timeouts(Some(5_000));
+        assert_eq!(
+            (t.connect, t.first_byte, t.between_bytes),
+            (
+                Duration::from_secs(7),
+                Duration::from_secs(7),
+                Duration::from_secs(7)
+            )
+        );
+        let t = command_timeouts(Some(3_600_000));
+        assert_eq!(
+            (t.connect, t.first_byte, t.between_bytes),
+            (
+                Duration::from_secs(10),
+                Duration::from_secs(60),
+                Duration::from_secs(120)
+            )
+        );
     }
 }
 

@@ -140,14 +140,56 @@ fn body_message(body: &[u8]) -> (Option<String>, String) {
     (code, text.chars().take(300).collect())
 }
 
+/// Whether an upstream error code says the credentials were missing or wrong
+/// (OpenSandbox: `MISSING_API_KEY`, `INVALID_API_KEY`, `MISSING_OR_INVALID_SECURE_ACCESS`;
+/// gateways: `…AUTH…`, `…TOKEN…`, `…CREDENTIAL…`).
+fn is_credential_code(code: &str) -> bool {
+    let code = code.to_ascii_uppercase();
+    ["API_KEY", "SECURE_ACCESS", "AUTH", "TOKEN", "CREDENTIAL"]
+        .iter()
+        .any(|word| code.contains(word))
+}
+
 /// An HTTP error answer from `target` about `subject` (e.g. "sandbox 5c1f…").
+///
+/// 401, and 403 without a code or with a credentials code, are E2002. A 403 with
+/// any other code is the deployment refusing the request as it stands (OpenSandbox
+/// on Kubernetes: `KUBERNETES::QUOTA_EXCEEDED`, RBAC refusals): E4009 with the
+/// server's message, since new credentials would not help and neither would
+/// retrying unchanged.
 pub fn status(status: u16, body: &[u8], target: &str, subject: &str) -> EppError {
     let (upstream_code, message) = body_message(body);
     let detail = match &upstream_code {
         Some(code) => format!("HTTP {status} {code}: {message}"),
         None => format!("HTTP {status}: {message}"),
     };
+    let refusal = status == 403
+        && upstream_code
+            .as_deref()
+            .is_some_and(|c| !is_credential_code(c));
     let (code, text) = match status {
+        403 if refusal
+            && upstream_code
+                .as_deref()
+                .is_some_and(|c| c.contains("QUOTA")) =>
+        {
+            (
+                ErrorCode::Conflict,
+                format!(
+                    "{target} refused {subject}: a quota is used up ({detail}); kill sandboxes you \
+                 no longer need (sandbox.list shows them), or ask the server's operator to \
+                 raise the quota"
+                ),
+            )
+        }
+        403 if refusal => (
+            ErrorCode::Conflict,
+            format!(
+                "{target} refused the request about {subject} ({detail}); this is the \
+                 deployment's policy or state, not a credentials problem: ask the server's \
+                 operator"
+            ),
+        ),
         401 | 403 => (
             ErrorCode::CredentialsRejected,
             format!(
@@ -219,6 +261,53 @@ mod tests {
         assert!(!e.message.contains("s3cret"));
         let e = status(401, br#"{"error":"Unauthorized"}"#, "execd", "sandbox");
         assert_eq!(e.code, ErrorCode::CredentialsRejected);
+        // 401 and credential codes are E2002 whatever the status; a bare 403 too.
+        for (http, body) in [
+            (
+                401,
+                &br#"{"code":"INVALID_API_KEY","message":"bad key"}"#[..],
+            ),
+            (
+                401,
+                br#"{"code":"MISSING_OR_INVALID_SECURE_ACCESS","message":"x"}"#,
+            ),
+            (403, br#"{"code":"INVALID_API_KEY","message":"bad key"}"#),
+            (403, br#"{"code":"GATEWAY::AUTH_FAILED","message":"x"}"#),
+            (403, b"Forbidden"),
+            (403, br#"{"message":"forbidden"}"#),
+        ] {
+            let e = status(http, body, "the server", "new sandbox");
+            assert_eq!(e.code, ErrorCode::CredentialsRejected, "{http} {e:?}");
+            assert!(e.message.contains("ABX_OPENSANDBOX_API_KEY"), "{e:?}");
+        }
+        // A quota is not a credentials problem: E4009 with the server's message.
+        let e = status(
+            403,
+            br#"{"code":"KUBERNETES::QUOTA_EXCEEDED","message":"Namespace ResourceQuota exceeded: exceeded quota: q, requested: pods=1, used: pods=10, limited: pods=10"}"#,
+            "the OpenSandbox server",
+            "the new sandbox",
+        );
+        assert_eq!(e.code, ErrorCode::Conflict);
+        assert_eq!(e.http_status, Some(403));
+        assert_eq!(
+            e.upstream_code.as_deref(),
+            Some("KUBERNETES::QUOTA_EXCEEDED")
+        );
+        assert!(
+            e.message.contains("limited: pods=10") && e.message.contains("quota"),
+            "{}",
+            e.message
+        );
+        assert!(!e.message.contains("ABX_OPENSANDBOX_API_KEY"));
+        // Other refusals with a code are E4009 too.
+        let e = status(
+            403,
+            br#"{"code":"KUBERNETES::API_ERROR","message":"Kubernetes denied log access"}"#,
+            "the server",
+            "sandbox x",
+        );
+        assert_eq!(e.code, ErrorCode::Conflict);
+        assert!(e.message.contains("denied log access"), "{}", e.message);
         assert_eq!(status(503, b"oops", "s", "x").code, ErrorCode::Upstream);
         assert_eq!(status(409, b"{}", "s", "x").code, ErrorCode::Conflict);
     }

@@ -350,10 +350,15 @@ pub fn read(sandbox_id: &str, path: &str, range: Option<ByteRange>) -> Result<Fi
         Some(ByteRange {
             length: Some(0), ..
         }) => return Err(invalid("`length` must be at least 1")),
+        // execd parses the end as an int64: a longer range stops at the largest one
+        // (execd ≥ 1.1.1 then clamps it to the end of the file, #2089).
         Some(ByteRange {
             offset,
             length: Some(len),
-        }) => Some(format!("bytes={offset}-{}", offset + len - 1)),
+        }) => Some(format!(
+            "bytes={offset}-{}",
+            offset.saturating_add(len - 1).min(i64::MAX as u64)
+        )),
         Some(ByteRange {
             offset,
             length: None,

@@ -12,6 +12,7 @@ mod execd;
 mod files;
 mod http;
 mod lifecycle;
+mod lines;
 mod models;
 mod ports;
 mod process;

@@ -3,6 +3,7 @@
 //! so input, resize and kill (other requests) reach the same connection the
 //! output stream reads.
 
+use crate::bindings::abx::epp::memo;
 use crate::bindings::abx::epp::websocket::{self, Message};
 use crate::bindings::exports::abx::epp::infra::{GuestPtyStream, PtyEvent, PtyRequest};
 use crate::error::{self, Result, invalid, not_found};
@@ -13,6 +14,22 @@ use std::cell::Cell;
 
 fn key(sandbox_id: &str, pty_id: &str) -> String {
     format!("pty:{sandbox_id}:{pty_id}")
+}
+
+/// Set (host-wide) just before `pty.kill` asks execd to SIGKILL a terminal, so the
+/// stream that reports its end knows the signal.
+fn killed_key(key: &str) -> String {
+    format!("killed:{key}")
+}
+
+/// execd reports a shell killed by a signal as `exit_code: -1`. When the signal
+/// was our own `pty.kill` (SIGKILL) that becomes 137 (128 + 9) as in
+/// `commands.run`; any other signal stays -1 (execd does not say which).
+fn exit_code(code: i64, killed_by_us: bool) -> i32 {
+    match code {
+        -1 if killed_by_us => 128 + 9,
+        c => i32::try_from(c).unwrap_or(-1),
+    }
 }
 
 /// Single-quotes a value for bash.
@@ -83,7 +100,8 @@ impl GuestPtyStream for PtyStream {
                                 .get("exit_code")
                                 .and_then(|c| c.as_i64())
                                 .unwrap_or(-1);
-                            return Ok(Some(PtyEvent::Exited(code as i32)));
+                            let killed = memo::get(&killed_key(&self.key)).is_some();
+                            return Ok(Some(PtyEvent::Exited(exit_code(code, killed))));
                         }
                         Some("error") => {
                             let code = value
@@ -208,9 +226,16 @@ pub fn kill(sandbox_id: &str, pty_id: &str) -> Result<()> {
     check_id("terminal", pty_id)?;
     let mut execd = Execd::connect(sandbox_id)?;
     let path = format!("/pty/{pty_id}");
-    let resp = execd.send(|e| e.request("DELETE", &path), &[])?;
+    // Before the request: the exit frame may reach the stream before execd answers.
+    let killed = killed_key(&key(sandbox_id, pty_id));
+    memo::put(&killed, "9", 60_000);
+    let resp = execd.send(|e| e.request("DELETE", &path), &[]);
     let subject = format!("terminal {pty_id}");
-    execd.check(resp, &subject).map(drop)
+    let outcome = resp.and_then(|resp| execd.check(resp, &subject).map(drop));
+    if outcome.is_err() {
+        memo::forget(&killed);
+    }
+    outcome
 }
 
 #[cfg(test)]
@@ -237,5 +262,15 @@ mod tests {
             ..req
         };
         assert!(command(&bad).is_err());
+    }
+
+    #[test]
+    fn exit_codes() {
+        assert_eq!(exit_code(3, false), 3);
+        assert_eq!(exit_code(0, true), 0);
+        // Killed by our pty.kill (SIGKILL): 128 + 9, like commands.run.
+        assert_eq!(exit_code(-1, true), 137);
+        // Killed by some other signal: execd does not say which.
+        assert_eq!(exit_code(-1, false), -1);
     }
 }

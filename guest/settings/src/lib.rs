@@ -206,7 +206,7 @@ pub struct Settings {
     pub default_image: String,
     /// Template name to image, including the built-in `code`.
     pub image_aliases: BTreeMap<String, String>,
-    /// Set only when ABX_OPENSANDBOX_ENTRYPOINT is.
+    /// Set only when ABX_OPENSANDBOX_ENTRYPOINT is, to something else than the default.
     pub entrypoint: Option<Vec<String>>,
     pub ready_timeout: u32,
     pub registry_auth: Option<RegistryAuth>,
@@ -280,8 +280,15 @@ impl Settings {
         if let Some((var, value)) = lookup(env, "image_aliases") {
             image_aliases.extend(parse::aliases(&var, &value)?);
         }
+        // Set to the default itself, it is as if unset: code-interpreter images
+        // keep their own entrypoint.
         let entrypoint = match lookup(env, "entrypoint") {
-            Some((var, value)) => Some(parse::words(&var, &value)?),
+            Some((var, value)) => Some(parse::words(&var, &value)?).filter(|words| {
+                words
+                    .iter()
+                    .map(String::as_str)
+                    .ne(DEFAULT_ENTRYPOINT.iter().copied())
+            }),
             None => None,
         };
         let ready_timeout = match lookup(env, "ready_timeout") {

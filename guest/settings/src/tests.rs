@@ -143,6 +143,20 @@ fn templates_aliases_and_entrypoints() {
     );
     let s = settings(&[("ABX_OPENSANDBOX_ENTRYPOINT", "sleep  infinity")]).unwrap();
     assert_eq!(s.entrypoint_for("x"), ["sleep", "infinity"]);
+    // Set to the default value (either form), code-interpreter images keep their script.
+    for default in ["tail -f /dev/null", "[\"tail\", \"-f\", \"/dev/null\"]"] {
+        let s = settings(&[("ABX_OPENSANDBOX_ENTRYPOINT", default)]).unwrap();
+        assert_eq!(s.entrypoint, None, "{default}");
+        assert_eq!(
+            s.entrypoint_for("opensandbox/code-interpreter:v1.1.0"),
+            ["/opt/opensandbox/code-interpreter.sh"],
+            "{default}"
+        );
+        assert_eq!(
+            s.entrypoint_for("ubuntu:24.04"),
+            ["tail", "-f", "/dev/null"]
+        );
+    }
 }
 
 #[test]

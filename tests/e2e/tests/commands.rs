@@ -243,6 +243,8 @@ fn background(mode: Mode) {
         json!({"sandbox_id": id, "command_id": long_id}),
     );
     assert_eq!(s["running"], false, "{s}");
+    // Interrupted (SIGTERM): 128 + 15, as commands.run reports a signal.
+    assert_eq!(s["exit_code"], 143, "{s}");
     host.fails(
         "commands.status",
         json!({"sandbox_id": id, "command_id": "0123456789abcdef"}),
@@ -317,3 +319,226 @@ fn processes(mode: Mode) {
     );
 }
 both_modes!(process_list_and_signal, super::processes);
+
+/// Runs `cmd` buffered and streamed; returns (stdout, stderr) of each.
+fn both_ways(host: &Host, id: &str, cmd: &str) -> [(String, String); 2] {
+    let r = host.ok("commands.run", json!({"sandbox_id": id, "cmd": cmd}));
+    assert_eq!(r["exit_code"], 0, "{cmd}: {r}");
+    let buffered = (
+        r["stdout"].as_str().unwrap().to_string(),
+        r["stderr"].as_str().unwrap().to_string(),
+    );
+    let req = host.send(
+        "commands.run",
+        json!({"sandbox_id": id, "cmd": cmd, "stream": true}),
+    );
+    let answer = host.wait(&req, Duration::from_secs(60)).expect("stream");
+    assert_eq!(answer["exit_code"], 0, "{cmd}: {answer}");
+    let outputs = host.notes_for("commands.output", &req);
+    let of = |stream: &str| -> String {
+        outputs
+            .iter()
+            .filter(|(_, n)| n["params"]["stream"] == stream)
+            .map(|(_, n)| n["params"]["data"].as_str().unwrap())
+            .collect()
+    };
+    [buffered, (of("stdout"), of("stderr"))]
+}
+
+fn exact_output(mode: Mode) {
+    let host = Host::start(mode);
+    let id = host.create_sandbox();
+    // execd 1.1.1 keeps every byte: nothing is added or lost, buffered or streamed.
+    for (cmd, stdout, stderr) in [
+        ("printf abc", "abc", ""),
+        ("printf 'a\\r\\nb\\n\\n\\rc'", "a\r\nb\n\n\rc", ""),
+        ("printf '\\n\\nx\\n\\n'", "\n\nx\n\n", ""),
+        (
+            "printf '10%%\\r50%%\\r100%%'; printf 'no newline' >&2",
+            "10%\r50%\r100%",
+            "no newline",
+        ),
+        ("echo one; printf two", "one\ntwo", ""),
+    ] {
+        for (way, got) in ["buffered", "streamed"]
+            .iter()
+            .zip(both_ways(&host, &id, cmd))
+        {
+            assert_eq!(
+                (got.0.as_str(), got.1.as_str()),
+                (stdout, stderr),
+                "{way}: {cmd}"
+            );
+        }
+    }
+}
+both_modes!(output_is_exact_on_execd_1_1_1, super::exact_output);
+
+fn older_execd_fallback(mode: Mode) {
+    let host = Host::start(mode);
+    // A sandbox whose execd cuts lines like execd <= 1.1.0 (terminators dropped).
+    let legacy = host.create_info(json!({
+        "metadata": {"e2e": unique("legacy")},
+        "env": {"EXECD_STANDIN_LEGACY_LINES": "1"}
+    }))["sandbox_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // First command: one line without evidence either way; a probe settles it.
+    let [buffered, streamed] = both_ways(&host, &legacy, "echo abc");
+    assert_eq!(buffered.0, "abc\n");
+    assert_eq!(streamed.0, "abc\n");
+    for (cmd, stdout) in [
+        ("printf 'a\\n\\nb\\n'", "a\n\nb\n"),
+        ("echo one; echo two >&2", "one\n"),
+        ("printf 'x\\r\\ny\\n'", "x\ny\n"),
+    ] {
+        for (way, got) in ["buffered", "streamed"]
+            .iter()
+            .zip(both_ways(&host, &legacy, cmd))
+        {
+            assert_eq!(got.0, stdout, "{way}: {cmd}");
+        }
+    }
+    // What older execd cannot tell: whether the last line had a newline.
+    assert_eq!(both_ways(&host, &legacy, "printf abc")[0].0, "abc\n");
+    // Another sandbox of the same host has execd 1.1.1: exact again.
+    let id = host.create_sandbox();
+    assert_eq!(both_ways(&host, &id, "printf abc")[0].0, "abc");
+}
+both_modes!(older_execd_lines_are_detected, super::older_execd_fallback);
+
+fn paused_timeout(mode: Mode) {
+    let host = Host::start(mode);
+    let id = host.create_sandbox();
+    host.ok("sandbox.pause", json!({"sandbox_id": id}));
+    let started = Instant::now();
+    let e = host.fails(
+        "commands.run",
+        json!({"sandbox_id": id, "cmd": "echo x", "timeout": 2}),
+        "E5004",
+    );
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(10), "took {took:?}: {e:?}");
+    assert!(e.message.contains("paused"), "{e:?}");
+    // Streamed and background runs are bounded the same way.
+    let started = Instant::now();
+    host.fails(
+        "commands.run",
+        json!({"sandbox_id": id, "cmd": "echo x", "timeout": 2, "stream": true}),
+        "E5004",
+    );
+    host.fails(
+        "commands.run",
+        json!({"sandbox_id": id, "cmd": "echo x", "timeout": 2, "background": true}),
+        "E5004",
+    );
+    assert!(started.elapsed() < Duration::from_secs(20));
+    host.ok("sandbox.resume", json!({"sandbox_id": id}));
+    let r = host.ok(
+        "commands.run",
+        json!({"sandbox_id": id, "cmd": "echo back", "timeout": 5}),
+    );
+    assert_eq!(r["stdout"], "back\n");
+}
+both_modes!(
+    paused_sandbox_honours_the_command_timeout,
+    super::paused_timeout
+);
+
+/// The pid that a background command printed first in its log.
+fn logged_pid(host: &Host, id: &str, command_id: &str) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let logs = host.ok(
+            "commands.logs",
+            json!({"sandbox_id": id, "command_id": command_id}),
+        );
+        if let Some(pid) = logs["output"]
+            .as_str()
+            .unwrap()
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse().ok())
+        {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "no pid logged: {logs}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn background_children(mode: Mode) {
+    let host = Host::start(mode);
+    let id = host.create_sandbox();
+    let listed = |pid: u64| -> bool {
+        host.ok("process.list", json!({"sandbox_id": id}))["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["pid"] == pid)
+    };
+    for cmd in [
+        "sleep 120 & echo $!",
+        "nohup sleep 120 >/dev/null 2>&1 & echo $!",
+    ] {
+        let r = host.ok(
+            "commands.run",
+            json!({"sandbox_id": id, "background": true, "cmd": cmd}),
+        );
+        let command_id = r["command_id"].as_str().unwrap().to_string();
+        let child = logged_pid(&host, &id, &command_id);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            let s = host.ok(
+                "commands.status",
+                json!({"sandbox_id": id, "command_id": command_id}),
+            );
+            if s["running"] == false {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "{s}");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert_eq!(status["exit_code"], 0, "{status}");
+        // The script is done; what it started in the background still runs.
+        std::thread::sleep(Duration::from_secs(1));
+        assert!(listed(child), "`{cmd}`: child {child} died with its script");
+        // It is an ordinary process of the sandbox: process.signal ends it.
+        host.ok(
+            "process.signal",
+            json!({"sandbox_id": id, "pid": child, "signal": "SIGKILL"}),
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while listed(child) {
+            assert!(Instant::now() < deadline, "{child} survived SIGKILL");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    // A timeout still ends the whole group, children included.
+    let r = host.ok(
+        "commands.run",
+        json!({"sandbox_id": id, "background": true, "timeout": 1, "cmd": "sleep 120 & echo $!; sleep 120"}),
+    );
+    let command_id = r["command_id"].as_str().unwrap().to_string();
+    let child = logged_pid(&host, &id, &command_id);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while listed(child) {
+        assert!(Instant::now() < deadline, "{child} outlived the timeout");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let s = host.ok(
+        "commands.status",
+        json!({"sandbox_id": id, "command_id": command_id}),
+    );
+    // Killed by SIGKILL: 128 + 9, as commands.run says.
+    assert_eq!(
+        (s["running"].clone(), s["exit_code"].clone()),
+        (json!(false), json!(137)),
+        "{s}"
+    );
+}
+both_modes!(
+    background_children_outlive_their_script,
+    super::background_children
+);

@@ -728,3 +728,59 @@ fn create_gives_up_at_ready_timeout_and_deletes_the_sandbox() {
     host.ok("sandbox.kill", json!({"sandbox_id": made["sandbox_id"]}));
     still_serving(&host);
 }
+
+#[test]
+fn a_quota_refusal_is_not_a_credentials_error() {
+    let proxy = FaultProxy::testbed();
+    let host = host_via(Mode::Direct, &proxy);
+    // What opensandbox-server on Kubernetes answers when the namespace quota is used up.
+    let quota = r#"{"code":"KUBERNETES::QUOTA_EXCEEDED","message":"Namespace ResourceQuota exceeded: pods \"sbx\" is forbidden: exceeded quota: sandboxes, requested: pods=1, used: pods=10, limited: pods=10"}"#;
+    proxy.fault(
+        "POST",
+        "/v1/sandboxes",
+        Fault::Body(403, quota.to_string()),
+        1,
+    );
+    let tag = unique("quota");
+    let (e, took) =
+        timed(|| host.fails("sandbox.create", json!({"metadata": {"e2e": tag}}), "E4009"));
+    assert_eq!(e.data["http_status"], 403, "{e:?}");
+    assert_eq!(
+        e.data["upstream_code"], "KUBERNETES::QUOTA_EXCEEDED",
+        "{e:?}"
+    );
+    assert!(
+        e.message.contains("limited: pods=10") && e.message.contains("quota"),
+        "{e:?}"
+    );
+    assert!(!e.message.contains("ABX_OPENSANDBOX_API_KEY"), "{e:?}");
+    row(
+        "HTTP 403 KUBERNETES::QUOTA_EXCEEDED on sandbox.create",
+        Mode::Direct,
+        &code(&e),
+        took,
+        "quota, not credentials: the server's message, what to do",
+    );
+    // Credentials are still E2002, with a 401 or a 403 that says so.
+    for (status, body) in [
+        (
+            401,
+            r#"{"code":"INVALID_API_KEY","message":"Authentication credentials are invalid."}"#,
+        ),
+        (
+            403,
+            r#"{"code":"INVALID_API_KEY","message":"Authentication credentials are invalid."}"#,
+        ),
+        (403, "Forbidden"),
+    ] {
+        proxy.fault(
+            "GET",
+            "/v1/sandboxes",
+            Fault::Body(status, body.to_string()),
+            1,
+        );
+        let e = host.fails("sandbox.list", json!({}), "E2002");
+        assert!(e.message.contains("ABX_OPENSANDBOX_API_KEY"), "{e:?}");
+    }
+    still_serving(&host);
+}

@@ -39,6 +39,18 @@ fn binary_round_trip(mode: Mode) {
         json!({"sandbox_id": id, "path": path, "encoding": "base64", "offset": 250, "length": 10}),
     );
     assert_eq!(b64d(part["content"].as_str().unwrap()), bytes[250..260]);
+    // A length past the end (up to the largest there is) reads to the end.
+    for length in [u64::MAX, 1 << 63, (1 << 63) - 1, 5000] {
+        let rest = host.ok(
+            "files.read",
+            json!({"sandbox_id": id, "path": path, "encoding": "base64", "offset": 1000, "length": length}),
+        );
+        assert_eq!(
+            b64d(rest["content"].as_str().unwrap()),
+            bytes[1000..],
+            "length {length}"
+        );
+    }
 }
 both_modes!(
     binary_round_trip_all_256_byte_values,

@@ -97,7 +97,9 @@ fn kill_and_env(mode: Mode) {
     let exit = host.wait_note(Duration::from_secs(20), |n| {
         n["method"] == "pty.exit" && n["params"]["pty_id"] == pty.as_str()
     });
-    assert!(exit.is_some(), "no pty.exit after pty.kill");
+    let exit = exit.expect("no pty.exit after pty.kill");
+    // pty.kill sends SIGKILL: 128 + 9, as commands.run reports a signal.
+    assert_eq!(exit["params"]["exit_code"], 137, "{exit}");
     host.fails(
         "pty.kill",
         json!({"sandbox_id": id, "pty_id": pty}),

@@ -1,13 +1,20 @@
-//! `/command` and friends, following execd ≤ v1.0.19 (`runtime/command.go`,
-//! `controller/command.go`, `controller/sse.go`), plus execd ≥ 1.1's `argv` form
-//! (exactly one of `command` = shell text or `argv` = program exec'd directly):
+//! `/command` and friends, following execd 1.1.1 (`runtime/command.go`,
+//! `runtime/command_common.go`, `controller/command.go`, `controller/sse.go`), with the
+//! `argv` form of execd ≥ 1.1 (exactly one of `command` = shell text or `argv` = program
+//! exec'd directly):
 //!
 //! * events are compact JSON objects each followed by `\n\n` (no `data:` prefix);
-//! * stdout/stderr go to temp files that are tailed every 100 ms and split into lines on
-//!   `\n` or `\r` (terminators dropped, `\r\n` once, blank line = `"\n"`);
+//! * stdout/stderr go to temp files that are tailed every 100 ms; each event carries the
+//!   bytes up to and including a `\n` or `\r` (execd 1.1.1, upstream #2033: concatenated
+//!   events are the exact output, `\r\n` arrives as `…\r` then `\n`, a last fragment
+//!   without terminator is sent when the command ends). `EXECD_STANDIN_LEGACY_LINES=1`
+//!   restores execd ≤ 1.1.0's splitting (terminators dropped, blank line = `"\n"`) so
+//!   clients can test their fallback;
 //! * exit 0 → `execution_complete`; anything else → a single `error` event;
-//! * after the last event the response lingers for `EXECD_API_GRACE_SHUTDOWN` (default 1 s);
-//! * a client disconnect never kills a foreground command.
+//! * the response ends right after the last event (no fixed delay, upstream #1825);
+//! * a client disconnect never kills a foreground command;
+//! * a background command's children outlive its shell (upstream #2074); a timeout or an
+//!   interrupt still kills the whole process group.
 
 use std::collections::HashMap;
 use std::fs;
@@ -378,8 +385,9 @@ fn spawn(
 }
 
 /// `RunCommandRequest.Validate`: tag errors as go-playground/validator formats them, then
-/// execd's own checks (input mode, uid/gid, cwd).
-fn validate(r: &RunCommandRequest) -> Result<(), String> {
+/// execd's own checks (input mode, uid/gid, cwd). `env` is the request's environment
+/// (`EXECD_ENVS` and `envs`), which `cwd` may use since execd 1.1.0 (#1611).
+fn validate(r: &RunCommandRequest, env: &HashMap<String, String>) -> Result<(), String> {
     if r.timeout.is_some_and(|t| t < 0) {
         return Err("Key: 'RunCommandRequest.TimeoutMs' Error:Field validation for 'TimeoutMs' failed on the 'gte' tag".into());
     }
@@ -407,8 +415,7 @@ fn validate(r: &RunCommandRequest) -> Result<(), String> {
     if cwd.is_empty() {
         return Ok(());
     }
-    // Only the stand-in's own environment is used here (not `envs`), as in execd.
-    let resolved = paths::expand(cwd).map_err(|e| {
+    let resolved = paths::expand_with(cwd, Some(env)).map_err(|e| {
         format!(
             "cannot resolve working directory {}: {e}",
             serde_json::to_string(cwd).unwrap_or_default()
@@ -447,11 +454,11 @@ pub async fn run(st: Arc<State>, req: Request<Incoming>) -> Resp {
             ));
         }
     };
-    if let Err(e) = validate(&r) {
-        return bad_request(format!("invalid request, validation error {e}"));
-    }
     let mut env = envs_from_file();
     env.extend(r.envs.clone().unwrap_or_default());
+    if let Err(e) = validate(&r, &env) {
+        return bad_request(format!("invalid request, validation error {e}"));
+    }
     if r.background.unwrap_or(false) {
         run_background(st, r, env)
     } else {
@@ -524,7 +531,7 @@ fn run_foreground(st: Arc<State>, r: RunCommandRequest, env: HashMap<String, Str
     let spawned = spawn(&r, &cwd, &env, out_file, err_file);
 
     let (tx, rx) = mpsc::unbounded_channel();
-    let grace = st.cfg.grace;
+    let legacy_lines = st.cfg.legacy_lines;
     let timeout = timeout_of(&r);
     tokio::spawn(async move {
         let send = |b: Bytes| {
@@ -538,7 +545,6 @@ fn run_foreground(st: Arc<State>, r: RunCommandRequest, env: HashMap<String, Str
                 send(error_frame(msg.clone(), msg));
                 let _ = fs::remove_file(&out_path);
                 let _ = fs::remove_file(&err_path);
-                tokio::time::sleep(grace).await;
                 return;
             }
         };
@@ -562,7 +568,11 @@ fn run_foreground(st: Arc<State>, r: RunCommandRequest, env: HashMap<String, Str
         send(frame("ping", "pong", 0, None));
         let pinger = spawn_pinger(tx.clone());
 
-        let status = supervise(child, pid, timeout, &out_path, &err_path, &tx).await;
+        let tails = (
+            Tailer::new(out_path.clone(), legacy_lines),
+            Tailer::new(err_path.clone(), legacy_lines),
+        );
+        let status = supervise(child, pid, timeout, tails, &tx).await;
         match status {
             Ok(s) if s.success() => {
                 st.commands.finish(&id, 0, String::new());
@@ -585,9 +595,9 @@ fn run_foreground(st: Arc<State>, r: RunCommandRequest, env: HashMap<String, Str
             }
         }
         // Output files are only read by the tailer; remove them now the command is done.
+        // The stream ends at once (execd 1.1.1 dropped its fixed 1 s delay, #1825).
         let _ = fs::remove_file(&out_path);
         let _ = fs::remove_file(&err_path);
-        tokio::time::sleep(grace).await;
         pinger.abort();
     });
     sse_response(rx)
@@ -599,11 +609,9 @@ async fn supervise(
     mut child: tokio::process::Child,
     pid: i32,
     timeout: Option<Duration>,
-    out_path: &std::path::Path,
-    err_path: &std::path::Path,
+    mut tails: (Tailer, Tailer),
     tx: &UnboundedSender<Bytes>,
 ) -> io::Result<ExitStatus> {
-    let mut tails = (Tailer::new(out_path.into()), Tailer::new(err_path.into()));
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     let mut ticker = tokio::time::interval(Duration::from_millis(100));
     ticker.tick().await;
@@ -645,20 +653,23 @@ async fn poll_tails(
     tails
 }
 
-/// execd's `tailStdPipe`/`readFromPos`: reads what was appended since the last poll and
-/// splits it into lines. An unterminated last line is left for the next poll unless
+/// execd's `tailStdPipe`/`commandOutputTail`: reads what was appended since the last poll
+/// and cuts it into events. An unterminated last piece is left for the next poll unless
 /// `flush` (process exited) is set.
 struct Tailer {
     path: PathBuf,
     pos: u64,
+    /// Split like execd ≤ 1.1.0 (terminators dropped) instead of 1.1.1 (kept).
+    legacy: bool,
     last_was_cr: bool,
 }
 
 impl Tailer {
-    fn new(path: PathBuf) -> Self {
+    fn new(path: PathBuf, legacy: bool) -> Self {
         Tailer {
             path,
             pos: 0,
+            legacy,
             last_was_cr: false,
         }
     }
@@ -670,16 +681,40 @@ impl Tailer {
         {
             let _ = f.read_to_end(&mut data);
         }
-        let (lines, consumed, cr) = split_lines(&data, self.last_was_cr, flush);
+        let (lines, consumed) = if self.legacy {
+            let (lines, consumed, cr) = split_lines_legacy(&data, self.last_was_cr, flush);
+            self.last_was_cr = cr;
+            (lines, consumed)
+        } else {
+            split_lines(&data, flush)
+        };
         self.pos += consumed as u64;
-        self.last_was_cr = cr;
         lines
     }
 }
 
-/// Splits on `\n` or `\r` (one event per line, terminator dropped, `\r\n` counted once,
+/// execd 1.1.1: one event per line with its terminator kept — a line ends after each `\n`
+/// and after each `\r` (so `\r\n` gives `"…\r"` then `"\n"`); the bytes of all events are
+/// the output exactly. Returns the events and how many bytes were consumed.
+fn split_lines(data: &[u8], flush: bool) -> (Vec<String>, usize) {
+    let mut lines = Vec::new();
+    let mut start = 0;
+    for (i, &b) in data.iter().enumerate() {
+        if b == b'\n' || b == b'\r' {
+            lines.push(String::from_utf8_lossy(&data[start..=i]).into_owned());
+            start = i + 1;
+        }
+    }
+    if start < data.len() && flush {
+        lines.push(String::from_utf8_lossy(&data[start..]).into_owned());
+        start = data.len();
+    }
+    (lines, start)
+}
+
+/// execd ≤ 1.1.0: splits on `\n` or `\r` (terminator dropped, `\r\n` counted once,
 /// blank line as "\n"). Returns the lines, how many bytes were consumed and the CR state.
-fn split_lines(data: &[u8], mut cr: bool, flush: bool) -> (Vec<String>, usize, bool) {
+fn split_lines_legacy(data: &[u8], mut cr: bool, flush: bool) -> (Vec<String>, usize, bool) {
     let mut lines = Vec::new();
     let mut start = 0;
     for (i, &b) in data.iter().enumerate() {
@@ -789,25 +824,19 @@ fn run_background(st: Arc<State>, r: RunCommandRequest, env: HashMap<String, Str
             Ok(s) => describe(s),
             Err(e) => (1, sys::errno_text(&e)),
         };
-        // execd cancels the command's context once the shell exits, which SIGKILLs the
-        // whole process group: leftovers such as `sleep 600 &` do not outlive the shell.
-        let _ = sys::kill_group(pid, libc::SIGKILL);
+        // Since execd 1.1.1 (#2074) the end of the shell no longer kills its process
+        // group: children such as `nohup ./server &` keep running.
         st2.commands.finish(&id2, code, text);
     });
 
+    // Acknowledged at once; the stream ends with it (no fixed delay since #1825).
     let _ = tx.send(frame(
         "execution_complete",
         "",
         started.elapsed().as_millis() as i64,
         None,
     ));
-    let pinger = spawn_pinger(tx.clone());
-    let grace = st.cfg.grace;
-    tokio::spawn(async move {
-        tokio::time::sleep(grace).await;
-        pinger.abort();
-        drop(tx);
-    });
+    drop(tx);
     sse_response(rx)
 }
 
@@ -903,7 +932,7 @@ pub fn status(st: &State, id: &str) -> Resp {
 }
 
 /// GET /command/{id}/logs?cursor=N — the cursor is a byte offset into the combined log.
-/// As in execd ≤ v1.0.19, a cursor past the end is echoed back unchanged.
+/// A cursor past the end is clamped to the end (execd 1.1.0, #1708).
 pub fn logs(st: &State, id: &str, q: &Query) -> Resp {
     let cursor: i64 = q.get("cursor").parse().unwrap_or(0);
     let res = (|| -> Result<(Vec<u8>, i64), String> {
@@ -925,6 +954,11 @@ pub fn logs(st: &State, id: &str, q: &Query) -> Resp {
         if cursor < 0 {
             return Err(format!("error seek file: seek {shown}: invalid argument"));
         }
+        let end = f
+            .metadata()
+            .map_err(|e| format!("error stat file: {}", sys::path_err("stat", &shown, &e)))?
+            .len() as i64;
+        let cursor = cursor.min(end);
         f.seek(SeekFrom::Start(cursor as u64))
             .map_err(|e| format!("error seek file: {}", sys::path_err("seek", &shown, &e)))?;
         let mut data = Vec::new();
@@ -953,22 +987,42 @@ mod tests {
     use super::*;
 
     fn split(s: &str, flush: bool) -> Vec<String> {
-        split_lines(s.as_bytes(), false, flush).0
+        split_lines(s.as_bytes(), flush).0
+    }
+
+    fn split_legacy(s: &str, flush: bool) -> Vec<String> {
+        split_lines_legacy(s.as_bytes(), false, flush).0
     }
 
     #[test]
-    fn line_splitting_matches_execd() {
-        assert_eq!(split("a\r50%\r100%\n", true), ["a", "50%", "100%"]);
+    fn lines_keep_their_terminators() {
+        assert_eq!(split("a\r50%\r100%\n", true), ["a\r", "50%\r", "100%\n"]);
         assert_eq!(
             split("a\n\nb\n\n\nc\r\n\r\nd", true),
+            ["a\n", "\n", "b\n", "\n", "\n", "c\r", "\n", "\r", "\n", "d"]
+        );
+        assert_eq!(split("x\npartial", false), ["x\n"]);
+        assert_eq!(split("x\npartial", true), ["x\n", "partial"]);
+        assert_eq!(split_lines(b"abc", false), (vec![], 0));
+        assert_eq!(split_lines(b"abc", true), (vec!["abc".to_string()], 3));
+        // Whatever the input, the events are the input.
+        let input = "\r\n\n \r\r x\ny\r\nz";
+        assert_eq!(split(input, true).concat(), input);
+    }
+
+    #[test]
+    fn legacy_line_splitting_matches_execd_1_1_0() {
+        assert_eq!(split_legacy("a\r50%\r100%\n", true), ["a", "50%", "100%"]);
+        assert_eq!(
+            split_legacy("a\n\nb\n\n\nc\r\n\r\nd", true),
             ["a", "\n", "b", "\n", "\n", "c", "\n", "d"]
         );
-        assert_eq!(split("x\npartial", false), ["x"]);
-        assert_eq!(split("x\npartial", true), ["x", "partial"]);
+        assert_eq!(split_legacy("x\npartial", false), ["x"]);
+        assert_eq!(split_legacy("x\npartial", true), ["x", "partial"]);
         // A CRLF split across two polls does not produce a blank line.
-        let (l, n, cr) = split_lines(b"a\r", false, false);
+        let (l, n, cr) = split_lines_legacy(b"a\r", false, false);
         assert_eq!((l, n, cr), (vec!["a".to_string()], 2, true));
-        assert_eq!(split_lines(b"\nb\n", true, false).0, ["b"]);
+        assert_eq!(split_lines_legacy(b"\nb\n", true, false).0, ["b"]);
     }
 
     #[test]
@@ -977,7 +1031,7 @@ mod tests {
             timeout: Some(-1),
             ..Default::default()
         };
-        let e = validate(&r).unwrap_err();
+        let e = validate(&r, &HashMap::new()).unwrap_err();
         assert!(e.contains("'TimeoutMs' failed on the 'gte' tag"));
 
         let with = |command: Option<&str>, argv: Option<&[&str]>| RunCommandRequest {
@@ -985,7 +1039,7 @@ mod tests {
             argv: argv.map(|a| a.iter().map(|s| s.to_string()).collect()),
             ..Default::default()
         };
-        let err = |r: RunCommandRequest| validate(&r).err();
+        let err = |r: RunCommandRequest| validate(&r, &HashMap::new()).err();
         assert_eq!(
             err(with(None, None)).as_deref(),
             Some("command or argv is required")

@@ -38,8 +38,9 @@ const TOKEN_HEADER: &str = "x-execd-access-token";
 
 pub struct Config {
     access_token: Option<String>,
-    /// `EXECD_API_GRACE_SHUTDOWN`: how long `/command` lingers after its last event.
-    grace: Duration,
+    /// `EXECD_STANDIN_LEGACY_LINES=1`: command output split like execd ≤ 1.1.0
+    /// (line terminators dropped), for testing clients' fallbacks.
+    legacy_lines: bool,
 }
 
 pub struct State {
@@ -101,41 +102,6 @@ fn parse_args() -> Args {
     }
 }
 
-/// Go's `time.ParseDuration` (e.g. "1s", "50ms", "1m30s", "1.5s").
-fn parse_go_duration(s: &str) -> Option<Duration> {
-    let s = s.strip_prefix('+').unwrap_or(s);
-    if s == "0" {
-        return Some(Duration::ZERO);
-    }
-    if s.is_empty() || s.starts_with('-') {
-        return None;
-    }
-    let mut total = 0f64;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let n: f64 = rest[..num_len].parse().ok()?;
-        rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let nanos = match &rest[..unit_len] {
-            "ns" => 1.0,
-            "us" | "µs" | "μs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => return None,
-        };
-        total += n * nanos;
-        rest = &rest[unit_len..];
-    }
-    Some(Duration::from_nanos(total as u64))
-}
-
 /// Writes the port atomically (temp file + rename) so a launcher never reads half of it.
 fn write_port_file(path: &str, port: u16) -> std::io::Result<()> {
     let tmp = format!("{path}.tmp.{}", std::process::id());
@@ -146,10 +112,12 @@ fn write_port_file(path: &str, port: u16) -> std::io::Result<()> {
 #[tokio::main]
 async fn main() {
     let args = parse_args();
-    let grace = match std::env::var("EXECD_API_GRACE_SHUTDOWN") {
-        Ok(v) if !v.is_empty() => parse_go_duration(&v)
-            .unwrap_or_else(|| usage(&format!("bad EXECD_API_GRACE_SHUTDOWN {v}"))),
-        _ => Duration::from_secs(1),
+    let legacy_lines = match std::env::var("EXECD_STANDIN_LEGACY_LINES").as_deref() {
+        Ok("1") => true,
+        Ok("" | "0") | Err(_) => false,
+        Ok(v) => usage(&format!(
+            "EXECD_STANDIN_LEGACY_LINES must be 0 or 1, not {v}"
+        )),
     };
     let listener = match TcpListener::bind(args.listen).await {
         Ok(l) => l,
@@ -170,7 +138,7 @@ async fn main() {
     let state = Arc::new(State {
         cfg: Config {
             access_token: args.access_token,
-            grace,
+            legacy_lines,
         },
         commands: command::Registry::default(),
         ptys: pty::Registry::default(),
@@ -310,21 +278,5 @@ async fn route(st: Arc<State>, req: Request<Incoming>) -> Resp {
             Some("text/plain"),
             web::full("404 page not found"),
         ),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_go_duration;
-    use std::time::Duration;
-
-    #[test]
-    fn go_durations() {
-        assert_eq!(parse_go_duration("1s"), Some(Duration::from_secs(1)));
-        assert_eq!(parse_go_duration("50ms"), Some(Duration::from_millis(50)));
-        assert_eq!(parse_go_duration("1m30s"), Some(Duration::from_secs(90)));
-        assert_eq!(parse_go_duration("0"), Some(Duration::ZERO));
-        assert_eq!(parse_go_duration("1.5s"), Some(Duration::from_millis(1500)));
-        assert_eq!(parse_go_duration("10"), None);
     }
 }

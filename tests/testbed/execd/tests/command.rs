@@ -43,14 +43,46 @@ async fn framing_is_bare_json_with_blank_line_and_lazy_sse_headers() {
     for e in &events {
         assert!(e["timestamp"].as_i64().unwrap() > 1_600_000_000_000, "{e}");
     }
-    assert_eq!(texts(&events, "stdout"), ["hi"]);
-    assert_eq!(texts(&events, "stderr"), ["oops"]);
+    assert_eq!(texts(&events, "stdout"), ["hi\n"]);
+    assert_eq!(texts(&events, "stderr"), ["oops\n"]);
     assert_eq!(last(&events)["type"], "execution_complete");
 }
 
 #[tokio::test]
-async fn lines_are_split_on_cr_and_lf_without_terminators() {
+async fn events_keep_line_terminators_like_execd_1_1_1() {
     let x = Execd::start();
+    // The output exactly, one event per line with its terminator; no newline is added.
+    let (_, ev) = run(x.port, json!({"command": "printf abc"})).await;
+    assert_eq!(texts(&ev, "stdout"), ["abc"]);
+
+    let (_, ev) = run(x.port, json!({"command": "printf 'a\\r50%%\\r100%%\\n'"})).await;
+    assert_eq!(texts(&ev, "stdout"), ["a\r", "50%\r", "100%\n"]);
+
+    let (_, ev) = run(
+        x.port,
+        json!({"command": "printf 'one\\r\\n\\ntwo\\n\\n\\nthree'; printf 'e\\r\\n' >&2"}),
+    )
+    .await;
+    // CRLF arrives as two events, blank lines as "\n", the unterminated tail at the end.
+    assert_eq!(
+        texts(&ev, "stdout"),
+        ["one\r", "\n", "\n", "two\n", "\n", "\n", "three"]
+    );
+    assert_eq!(texts(&ev, "stdout").concat(), "one\r\n\ntwo\n\n\nthree");
+    assert_eq!(texts(&ev, "stderr"), ["e\r", "\n"]);
+
+    // A line written in two parts across tail polls is still one event.
+    let (_, ev) = run(
+        x.port,
+        json!({"command": "printf 'left-'; sleep 0.35; printf 'right\\n'"}),
+    )
+    .await;
+    assert_eq!(texts(&ev, "stdout"), ["left-right\n"]);
+}
+
+#[tokio::test]
+async fn legacy_lines_model_execd_1_1_0_for_fallback_tests() {
+    let x = Execd::start_with(&[], &[("EXECD_STANDIN_LEGACY_LINES", "1")]);
     let (_, ev) = run(x.port, json!({"command": "printf 'a\\r50%%\\r100%%\\n'"})).await;
     assert_eq!(texts(&ev, "stdout"), ["a", "50%", "100%"]);
 
@@ -64,14 +96,8 @@ async fn lines_are_split_on_cr_and_lf_without_terminators() {
         texts(&ev, "stdout"),
         ["one", "\n", "two", "\n", "\n", "three"]
     );
-
-    // A line written in two parts across tail polls is still one event.
-    let (_, ev) = run(
-        x.port,
-        json!({"command": "printf 'left-'; sleep 0.35; printf 'right\\n'"}),
-    )
-    .await;
-    assert_eq!(texts(&ev, "stdout"), ["left-right"]);
+    let (_, ev) = run(x.port, json!({"command": "echo abc"})).await;
+    assert_eq!(texts(&ev, "stdout"), ["abc"]);
 }
 
 #[tokio::test]
@@ -81,7 +107,7 @@ async fn exit_codes_zero_nonzero_and_signal() {
     assert_eq!(last(&ev)["type"], "execution_complete");
 
     let (_, ev) = run(x.port, json!({"command": "echo before; exit 3"})).await;
-    assert_eq!(texts(&ev, "stdout"), ["before"]);
+    assert_eq!(texts(&ev, "stdout"), ["before\n"]);
     assert_eq!(
         last(&ev)["error"],
         json!({"ename": "CommandExecError", "evalue": "3", "traceback": ["exit status 3"]})
@@ -167,16 +193,19 @@ async fn request_errors_are_plain_json_before_the_stream_starts() {
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert!(r.text().contains("uid is required when gid is provided"));
 
-    // cwd expansion only sees the stand-in's environment, not the request's envs.
-    let (r, _) = run(
+    // cwd may use the request's envs (execd 1.1.0, #1611); undefined names are errors.
+    let (r, ev) = run(
         x.port,
-        json!({"command": "ls", "cwd": "$MYDIR_X", "envs": {"MYDIR_X": "/"}}),
+        json!({"command": "pwd", "cwd": "$MYDIR_X", "envs": {"MYDIR_X": "/"}}),
     )
     .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(texts(&ev, "stdout"), ["/\n"]);
+    let (r, _) = run(x.port, json!({"command": "ls", "cwd": "$NOT_SET_X"})).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert!(
         r.text()
-            .contains("undefined environment variables: MYDIR_X")
+            .contains("undefined environment variables: NOT_SET_X")
     );
 
     let r = call(x.port, "POST", "/command", "not json").await;
@@ -219,11 +248,11 @@ async fn argv_is_executed_without_a_shell() {
         json!({"argv": ["echo", "*", "'q'", ">", "/dev/null"]}),
     )
     .await;
-    assert_eq!(texts(&ev, "stdout"), ["* 'q' > /dev/null"]);
+    assert_eq!(texts(&ev, "stdout"), ["* 'q' > /dev/null\n"]);
 
     // Same exit-code, stderr, cwd, envs and timeout semantics as `command`.
     let (_, ev) = run(x.port, json!({"argv": ["sh", "-c", "echo e >&2; exit 4"]})).await;
-    assert_eq!(texts(&ev, "stderr"), ["e"]);
+    assert_eq!(texts(&ev, "stderr"), ["e\n"]);
     assert_eq!(
         last(&ev)["error"],
         json!({"ename": "CommandExecError", "evalue": "4", "traceback": ["exit status 4"]})
@@ -235,7 +264,10 @@ async fn argv_is_executed_without_a_shell() {
         json!({"argv": ["sh", "-c", "pwd; echo \"$REQ\""], "cwd": sub, "envs": {"REQ": "r v"}}),
     )
     .await;
-    assert_eq!(texts(&ev, "stdout"), [sub.to_str().unwrap(), "r v"]);
+    assert_eq!(
+        texts(&ev, "stdout"),
+        [format!("{}\n", sub.display()), "r v\n".into()]
+    );
     let start = Instant::now();
     let (_, ev) = run(x.port, json!({"argv": ["sleep", "30"], "timeout": 300})).await;
     assert!(start.elapsed() < Duration::from_secs(10));
@@ -256,10 +288,10 @@ async fn argv_is_executed_without_a_shell() {
     .await;
     assert_eq!(
         texts(&ev, "stdout"),
-        [format!("tool:{}:x y", tool.display())]
+        [format!("tool:{}:x y\n", tool.display())]
     );
     let (_, ev) = run(x.port, json!({"argv": ["./tool", "z"], "cwd": bin})).await;
-    assert_eq!(texts(&ev, "stdout"), ["tool:./tool:z"]);
+    assert_eq!(texts(&ev, "stdout"), ["tool:./tool:z\n"]);
 }
 
 #[tokio::test]
@@ -434,23 +466,23 @@ async fn cwd_envs_and_envs_file() {
     assert_eq!(
         texts(&ev, "stdout"),
         [
-            sub.to_str().unwrap().to_string(),
-            format!("file-{}", home.display()),
-            "request".into(),
-            "r".into()
+            format!("{}\n", sub.display()),
+            format!("file-{}\n", home.display()),
+            "request\n".into(),
+            "r\n".into()
         ]
     );
     // Default cwd is the stand-in's own working directory (the sandbox directory).
     let (_, ev) = run(x.port, json!({"command": "pwd"})).await;
     assert_eq!(
         texts(&ev, "stdout"),
-        [x.dir().canonicalize().unwrap().to_str().unwrap()]
+        [format!("{}\n", x.dir().canonicalize().unwrap().display())]
     );
 }
 
 #[tokio::test]
-async fn pings_every_three_seconds_and_grace_period() {
-    let x = Execd::start_with(&[], &[("EXECD_API_GRACE_SHUTDOWN", "700ms")]);
+async fn pings_every_three_seconds_and_no_delay_after_the_last_event() {
+    let x = Execd::start();
     let start = Instant::now();
     let resp = send(
         x.port,
@@ -471,11 +503,129 @@ async fn pings_every_three_seconds_and_grace_period() {
     let pings = ev.iter().filter(|e| e["type"] == "ping").count();
     assert_eq!(pings, 2, "{ev:?}");
     assert!(start.elapsed() >= Duration::from_millis(3500));
+    // execd 1.1.1 (#1825) ends the stream with the last event, even when
+    // EXECD_API_GRACE_SHUTDOWN (the ≤ 1.1.0 delay) is set.
     let lingered = ended - done_at.unwrap();
     assert!(
-        lingered >= Duration::from_millis(600),
-        "closed after {lingered:?}"
+        lingered < Duration::from_millis(300),
+        "closed {lingered:?} after the last event"
     );
+
+    // A background start is acknowledged and the stream ends at once.
+    let x = Execd::start_with(&[], &[("EXECD_API_GRACE_SHUTDOWN", "2s")]);
+    let start = Instant::now();
+    let (_, ev) = run(x.port, json!({"command": "sleep 5", "background": true})).await;
+    assert_eq!(last(&ev)["type"], "execution_complete");
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+/// Whether process `pid` exists (and is not a zombie).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+/// Waits until `path` holds a pid, and returns it.
+async fn pid_in(path: &std::path::Path) -> i32 {
+    let mut pid = 0;
+    eventually(async || {
+        pid = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        pid > 0
+    })
+    .await;
+    pid
+}
+
+#[tokio::test]
+async fn background_children_outlive_their_finished_script() {
+    let x = Execd::start();
+    let pidfile = x.path("child.pid");
+    let (_, ev) = run(
+        x.port,
+        json!({
+            "command": format!("sleep 120 & echo $! > {}", pidfile.display()),
+            "background": true
+        }),
+    )
+    .await;
+    let id = ev[0]["text"].as_str().unwrap().to_string();
+    let child = pid_in(&pidfile).await;
+    eventually(async || {
+        get(x.port, &format!("/command/status/{id}")).await.json()["running"] == false
+    })
+    .await;
+    let st = get(x.port, &format!("/command/status/{id}")).await.json();
+    assert_eq!(st["exit_code"], 0, "{st}");
+    // execd 1.1.1 (#2074): the script ended, its child keeps running.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        alive(child),
+        "the background child {child} died with its script"
+    );
+    // Interrupting the finished command is refused; the child is still there to signal.
+    let r = call(x.port, "DELETE", &format!("/command?id={id}"), Bytes::new()).await;
+    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(alive(child));
+    unsafe { libc::kill(child, libc::SIGKILL) };
+
+    // `nohup ./server &` too.
+    let pidfile = x.path("nohup.pid");
+    std::fs::write(x.path("server"), "#!/bin/sh\nexec sleep 120\n").unwrap();
+    std::fs::set_permissions(
+        x.path("server"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    run(
+        x.port,
+        json!({
+            "command": format!("nohup ./server >/dev/null 2>&1 & echo $! > {}", pidfile.display()),
+            "background": true
+        }),
+    )
+    .await;
+    let server = pid_in(&pidfile).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(alive(server), "nohup ./server & died with its script");
+    unsafe { libc::kill(server, libc::SIGKILL) };
+}
+
+#[tokio::test]
+async fn background_timeout_and_interrupt_still_kill_the_whole_group() {
+    let x = Execd::start();
+    for (name, timeout) in [("timeout", Some(500)), ("interrupt", None)] {
+        let pidfile = x.path(&format!("{name}.pid"));
+        let mut body = json!({
+            "command": format!("sleep 120 & echo $! > {}; sleep 120", pidfile.display()),
+            "background": true
+        });
+        if let Some(t) = timeout {
+            body["timeout"] = json!(t);
+        }
+        let (_, ev) = run(x.port, body).await;
+        let id = ev[0]["text"].as_str().unwrap().to_string();
+        let child = pid_in(&pidfile).await;
+        if timeout.is_none() {
+            let r = call(x.port, "DELETE", &format!("/command?id={id}"), Bytes::new()).await;
+            assert_eq!(r.status, StatusCode::OK);
+        }
+        eventually(async || !alive(child)).await;
+        let st = get(x.port, &format!("/command/status/{id}")).await.json();
+        assert_eq!(st["running"], false, "{name}: {st}");
+        assert_eq!(st["exit_code"], -1, "{name}: {st}");
+    }
 }
 
 #[tokio::test]
@@ -530,6 +680,13 @@ async fn background_status_logs_and_interrupt() {
     );
     let r = get(x.port, &format!("/command/{id}/logs")).await;
     assert_eq!(r.text(), "first\nerr\n");
+    // A cursor past the end is clamped to the end (execd 1.1.0, #1708).
+    let r = get(x.port, &format!("/command/{id}/logs?cursor=1000")).await;
+    assert_eq!(r.text(), "");
+    assert_eq!(
+        r.header("execd-commands-tail-cursor").as_deref(),
+        Some("10")
+    );
 
     let r = call(x.port, "DELETE", &format!("/command?id={id}"), Bytes::new()).await;
     assert_eq!(r.status, StatusCode::OK);

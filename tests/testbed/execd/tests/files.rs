@@ -212,6 +212,31 @@ async fn download_ranges_lines_and_errors() {
     );
     let r = collect(send(x.port, ranged("bytes=7-")).await).await;
     assert_eq!(r.body, b"789");
+    // An end past the file, even i64::MAX, is clamped before the length is computed
+    // (execd 1.1.1, #2089; before, the length overflowed into a broken 206).
+    for (range, body, content_range) in [
+        (
+            "bytes=0-9223372036854775807",
+            &b"0123456789"[..],
+            "bytes 0-9/10",
+        ),
+        (
+            "bytes=4-9223372036854775807",
+            &b"456789"[..],
+            "bytes 4-9/10",
+        ),
+        ("bytes=8-99", &b"89"[..], "bytes 8-9/10"),
+    ] {
+        let r = collect(send(x.port, ranged(range)).await).await;
+        assert_eq!(r.status, StatusCode::PARTIAL_CONTENT, "{range}");
+        assert_eq!(r.body, body, "{range}");
+        assert_eq!(r.header("content-range").as_deref(), Some(content_range));
+        assert_eq!(
+            r.header("content-length"),
+            Some(body.len().to_string()),
+            "{range}"
+        );
+    }
 
     let r = collect(send(x.port, ranged("bytes=5-2")).await).await;
     assert_eq!(r.status, StatusCode::RANGE_NOT_SATISFIABLE);

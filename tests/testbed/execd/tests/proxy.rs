@@ -29,7 +29,7 @@ async fn port_44772_is_served_in_process() {
         Some("text/event-stream")
     );
     let ev = parse_events(&r.body);
-    assert_eq!(texts(&ev, "stdout"), ["via-proxy"]);
+    assert_eq!(texts(&ev, "stdout"), ["via-proxy\n"]);
 
     // Query strings survive the prefix strip.
     std::fs::write(x.path("q.txt"), "abc").unwrap();
@@ -92,7 +92,7 @@ async fn other_ports_are_reverse_proxied_with_streaming_and_websockets() {
     let mut body = resp.into_body();
     let mut raw = String::new();
     let start = std::time::Instant::now();
-    while !raw.contains("\"one\"") {
+    while !raw.contains(r#""one\n""#) {
         let f = body.frame().await.unwrap().unwrap();
         raw.push_str(&String::from_utf8_lossy(f.data_ref().unwrap()));
     }
@@ -105,7 +105,7 @@ async fn other_ports_are_reverse_proxied_with_streaming_and_websockets() {
     }
     assert_eq!(
         texts(&parse_events(raw.as_bytes()), "stdout"),
-        ["one", "two"]
+        ["one\n", "two\n"]
     );
 
     // Request bodies stream through (upload), responses keep their status and headers.

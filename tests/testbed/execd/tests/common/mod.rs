@@ -41,7 +41,6 @@ impl Execd {
             .args(args)
             .current_dir(dir.path())
             .env("HOME", &home)
-            .env("EXECD_API_GRACE_SHUTDOWN", "50ms")
             .env_remove("EXECD_ACCESS_TOKEN")
             .env_remove("EXECD_ENVS");
         for (k, v) in envs {
