@@ -305,11 +305,13 @@ def render(data: dict, chart_name: str) -> str:
   process after `Sandbox.connect` and one call; for raw: the process at rest), and
   VmHWM of the process that talks HTTP at the end of workload 5 (epp-host itself, not
   its driver).
-- **execd's grace period**: execd keeps a command's response open for
+- **execd's grace period**: execd ≤ 1.1.0 keeps a command's response open for
   `EXECD_API_GRACE_SHUTDOWN` (default 1 s) after the last event. epp-host stops reading
   at the final event; the SDK reads foreground commands to the end, so with the default
-  every SDK call takes ≥ 1 s (row 2′). The shared sandboxes of workloads 2–5 set it to 0
-  so that the rows compare client costs, not that wait.
+  every SDK call takes ≥ 1 s there (row 2′). execd 1.1.1 (#1825), and the stand-in, which
+  models it, end the response with the last event, so row 2′ matches row 2 on them. The
+  shared sandboxes of workloads 2–5 still set it to 0 so that older execd compares client
+  costs, not that wait.
 - **The stand-in as bottleneck**: the execd stand-in tails command output from a file
   every 100 ms and fsyncs uploaded files, like execd; where the raw floor is low, the
   stand-in (not a client) is what limits the workload, and every contender is
