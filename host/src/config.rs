@@ -70,8 +70,9 @@ pub fn grant(
     let policy = NetPolicy::new(&grant).map_err(anyhow::Error::msg)?;
     let guest_env = guest_env(info, &grant, &args.pass_env, env)?;
     if let Some(why) = grant.missing_origin() {
-        eprintln!(
-            "epp-host: warning: {why}; until then provider `{}` may reach only hosts listed in {}",
+        tracing::warn!(
+            provider = %info.id,
+            "{why}; until then provider `{}` may reach only hosts listed in {}",
             info.id,
             grant.allow_hint()
         );

@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod config;
 pub mod inspect;
+pub mod log;
 pub mod manifest;
 pub mod net;
 pub mod rpc;

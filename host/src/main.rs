@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    epp_host::log::init();
     let result = match cli.command {
         Command::Keygen {
             secret_key,
@@ -66,7 +67,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("epp-host: {e:#}");
+            tracing::error!("{e:#}");
             ExitCode::from(2)
         }
     }
@@ -97,13 +98,15 @@ async fn load(wasm: &Path, host: &HostArgs) -> Result<Arc<Runtime>> {
     signing::enforce(wasm, &bytes, &host.trust, host.allow_unsigned)?;
     let options = config::load_options(host, bytes)?;
     let runtime = Runtime::load(options).await?;
-    eprintln!(
-        "epp-host: compile cache: {}",
-        match runtime.cache {
-            runtime::cache::CacheOutcome::Hit => "hit, loaded the compiled component",
-            runtime::cache::CacheOutcome::Miss => "miss, compiled the component and stored it",
-            runtime::cache::CacheOutcome::Disabled => "off, compiled the component",
-        }
+    let (cache, what) = match runtime.cache {
+        runtime::cache::CacheOutcome::Hit => ("hit", "loaded the compiled component"),
+        runtime::cache::CacheOutcome::Miss => ("miss", "compiled the component and stored it"),
+        runtime::cache::CacheOutcome::Disabled => ("off", "compiled the component"),
+    };
+    tracing::info!(
+        provider = %runtime.info.id,
+        version = %runtime.info.version,
+        "compile cache: {cache}, {what}"
     );
     Ok(Arc::new(runtime))
 }

@@ -232,8 +232,8 @@ pub async fn run(
     let bytes = std::fs::read(&wasm).with_context(|| format!("reading {}", wasm.display()))?;
     let signers = verified_signers(&wasm, &bytes, &public_keys)?;
     if signers.is_empty() {
-        eprintln!(
-            "epp-host: no --public-key given: the manifest names no signer (signer_key_ids is empty)"
+        tracing::warn!(
+            "no --public-key given: the manifest names no signer (signer_key_ids is empty)"
         );
     }
     let runtime = inspect::load_offline(bytes.clone()).await?;
@@ -250,12 +250,12 @@ pub async fn run(
             let tmp = path.with_extension("json.tmp");
             std::fs::write(&tmp, &text).with_context(|| format!("writing {}", tmp.display()))?;
             std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
-            eprintln!(
-                "epp-host: wrote {} for {} {} (sha256 {})",
-                path.display(),
-                manifest.id,
-                manifest.version,
-                manifest.sha256
+            tracing::info!(
+                path = %path.display(),
+                provider = %manifest.id,
+                version = %manifest.version,
+                sha256 = %manifest.sha256,
+                "wrote the manifest"
             );
         }
     }

@@ -174,8 +174,8 @@ pub fn enforce(
         return Ok(status);
     }
     if allow_unsigned {
-        eprintln!(
-            "epp-host: WARNING: running {} although it is {} (--allow-unsigned). \
+        tracing::warn!(
+            "WARNING: running {} although it is {} (--allow-unsigned). \
              Do not use this outside development.",
             path.display(),
             status.describe()

@@ -212,12 +212,15 @@ fe80::1 ll6.sandboxes.test
             "{name}: {resp}"
         );
     }
-    let log = host.wait_log_until(|l| l.matches("denied outbound request to").count() >= 3);
-    assert_eq!(
-        log.matches("denied outbound request to").count(),
-        3,
-        "{log}"
-    );
+    // Logged as the policy's refusal of a resolved address, naming the destination.
+    let denied = |log: &str| {
+        log_events(log, "WARN", "outbound request denied after name resolution")
+            .into_iter()
+            .filter(|l| l.text.contains(".sandboxes.test:8080"))
+            .count()
+    };
+    let log = host.wait_log_until(|l| denied(l) >= 3);
+    assert_eq!(denied(&log), 3, "{log}");
     assert!(log.contains("resolves to the link-local address"), "{log}");
     // Terminals (WebSocket) follow the same rule.
     let resp = host.probe("ws ws://meta.sandboxes.test:8080/ws");

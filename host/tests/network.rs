@@ -8,17 +8,44 @@ mod common;
 
 use common::*;
 
-/// Lines the host logs when its policy refuses a request before connecting
-/// (`send_request`), as opposed to after a DNS lookup ("denied outbound request to").
-const PRE_CONNECT_DENIAL: &str = "epp-host: denied outbound request: ";
+/// What the host logs (at WARN) when its policy refuses a request before
+/// connecting (`send_request`), as opposed to after a DNS lookup.
+const PRE_CONNECT_DENIAL: &str = "outbound request denied by policy ";
+/// What it logs when a name resolved to an address the policy refuses.
+const POST_DNS_DENIAL: &str = "outbound request denied after name resolution";
 
-/// How the host warns that the provider's origin resolves to nothing.
-const ORIGIN_WARNING: &str = "epp-host: warning: none of the provider's origin templates";
+/// How the host warns (at WARN) that the provider's origin resolves to nothing.
+const ORIGIN_WARNING: &str = "none of the provider's origin templates";
 
 fn denial_count(log: &str) -> usize {
-    log.lines()
-        .filter(|l| l.starts_with(PRE_CONNECT_DENIAL))
-        .count()
+    log_events(log, "WARN", PRE_CONNECT_DENIAL).len()
+}
+
+#[test]
+fn log_lines_are_read_past_spans() {
+    let log = "2026-01-01T00:00:00.000001Z  WARN request{id=1 method=x.y sandbox_id=a b}: \
+               epp_host::net::outbound: outbound request denied by policy reason=no\n\
+               2026-01-01T00:00:00.000002Z  INFO epp_host: compile cache: hit, loaded it\n\
+               backtrace line\n";
+    assert_eq!(
+        log_lines(log),
+        [
+            LogLine {
+                level: "WARN",
+                spans: "request{id=1 method=x.y sandbox_id=a b}:",
+                target: "epp_host::net::outbound",
+                text: "outbound request denied by policy reason=no",
+            },
+            LogLine {
+                level: "INFO",
+                spans: "",
+                target: "epp_host",
+                text: "compile cache: hit, loaded it",
+            },
+        ]
+    );
+    assert_eq!(log_events(log, "INFO", "compile cache: ").len(), 1);
+    assert_eq!(log_events(log, "WARN", "compile cache: ").len(), 0);
 }
 
 fn assert_no_secret(host: &Host) {
@@ -250,7 +277,7 @@ fn denied_destinations_are_refused_before_any_connection() {
     let log = host.wait_log_until(|log| denial_count(log) >= cases.len());
     assert_eq!(denial_count(&log), cases.len(), "stderr:\n{log}");
     assert!(
-        !log.contains("denied outbound request to"),
+        !log.contains(POST_DNS_DENIAL),
         "a denial happened after name resolution:\n{log}"
     );
     assert!(log.contains("link-local or cloud-metadata"), "{log}");
@@ -287,6 +314,42 @@ fn a_name_that_does_not_resolve_is_a_dns_error() {
         "{resp}"
     );
     assert_eq!(result(&host.probe("echo ok"))["sandbox_id"], "ok");
+}
+
+/// `EPP_LOG=debug` adds one event per request, in the request's span (its
+/// id, method and sandbox), with how long it took and its outcome; the secret
+/// the host injected still appears nowhere.
+#[test]
+fn the_debug_log_shows_each_request_and_never_the_secret() {
+    let origin = Echo::start("origin", "127.0.0.1");
+    let mut host = HostBuilder::new()
+        .origin(&origin)
+        .env("EPP_LOG", "debug")
+        .spawn();
+    let ok = host.probe(&format!("fetch-with-key {}", origin.url("/logged")));
+    assert_eq!(meta(&ok, "status"), Some("200"), "{ok}");
+    assert_eq!(origin.hits()[0].api_key.as_deref(), Some(SECRET_KEY));
+    let bad = host.probe("sleep soon");
+    assert_eq!(error(&bad).1, "E1001", "{bad}");
+    let log = host.wait_log_until(|l| log_events(l, "DEBUG", "answered").len() >= 2);
+    let answered = log_events(&log, "DEBUG", "answered");
+    assert_eq!(answered.len(), 2, "{log}");
+    for (line, id, outcome) in [
+        (answered[0], 1, "outcome=\"ok\""),
+        (answered[1], 2, "outcome=E1001"),
+    ] {
+        assert!(
+            line.spans.starts_with(&format!(
+                "request{{id={id} method=sandbox.get_info sandbox_id="
+            )),
+            "{line:?}"
+        );
+        assert_eq!(line.target, "epp_host::rpc::server", "{line:?}");
+        assert!(line.text.contains(outcome), "{line:?}");
+        assert!(line.text.contains(" took="), "{line:?}");
+    }
+    assert!(answered[1].text.contains("retryable=false"), "{log}");
+    assert_no_secret(&host);
 }
 
 #[test]
@@ -383,13 +446,10 @@ fn without_its_origin_the_provider_reaches_only_listed_hosts() {
     assert_eq!(listed.hits().len(), 1);
     assert_eq!(listed.hits()[0].api_key, None);
     let log = host.wait_log("no origin");
-    let warning: Vec<&str> = log
-        .lines()
-        .filter(|l| l.starts_with(ORIGIN_WARNING))
-        .collect();
+    let warning = log_events(&log, "WARN", ORIGIN_WARNING);
     assert_eq!(warning.len(), 1, "{log}");
-    assert!(warning[0].contains(BASE_URL_ENV), "{log}");
-    assert!(warning[0].contains(ALLOW_HOSTS_ENV), "{log}");
+    assert!(warning[0].text.contains(BASE_URL_ENV), "{log}");
+    assert!(warning[0].text.contains(ALLOW_HOSTS_ENV), "{log}");
     assert!(log.contains("may reach no origin"), "{log}");
     assert_no_secret(&host);
 

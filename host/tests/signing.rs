@@ -254,8 +254,13 @@ fn run_serves_a_trusted_component_and_allow_unsigned_warns() {
             .spawn();
         assert_eq!(result(&host.probe("echo ran"))["sandbox_id"], "ran");
         let log = host.wait_log("WARNING");
-        assert!(log.contains(phrase), "expected {phrase:?} in {log}");
-        assert!(log.contains("--allow-unsigned"), "{log}");
+        let warning = log_events(&log, "WARN", "WARNING: running ");
+        assert_eq!(warning.len(), 1, "{log}");
+        assert!(
+            warning[0].text.contains(phrase),
+            "expected {phrase:?} in {log}"
+        );
+        assert!(warning[0].text.contains("--allow-unsigned"), "{log}");
     }
 }
 
@@ -271,7 +276,7 @@ fn cached_files(dir: &Path) -> Vec<PathBuf> {
 fn start_with_cache(cache: &Path) -> String {
     let mut host = HostBuilder::new().cache_dir(cache).spawn();
     assert_eq!(result(&host.probe("echo cached"))["sandbox_id"], "cached");
-    host.wait_log("epp-host: compile cache: ")
+    host.wait_log("compile cache: ")
 }
 
 #[test]
@@ -309,7 +314,7 @@ fn second_start_loads_the_compiled_component_from_the_cache() {
         .cache_dir_unset()
         .spawn();
     assert_eq!(result(&host.probe("echo x"))["sandbox_id"], "x");
-    let log = host.wait_log("epp-host: compile cache: ");
+    let log = host.wait_log("compile cache: ");
     assert!(log.contains("compile cache: off"), "{log}");
 }
 
@@ -323,7 +328,16 @@ fn a_corrupt_cache_entry_is_recompiled() {
     std::fs::write(&files[0], b"not a compiled component").expect("corrupting");
 
     let log = start_with_cache(&cache);
-    assert!(log.contains("is unusable"), "{log}");
+    assert_eq!(
+        log_events(
+            &log,
+            "WARN",
+            "recompiling: the cached component is unusable"
+        )
+        .len(),
+        1,
+        "{log}"
+    );
     assert!(log.contains("compile cache: miss"), "{log}");
     // Rewritten with a good one.
     assert!(start_with_cache(&cache).contains("compile cache: hit"));
@@ -338,7 +352,11 @@ fn a_cache_others_could_write_is_not_used() {
     std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).expect("chmod");
 
     let log = start_with_cache(&cache);
-    assert!(log.contains("not using the compile cache"), "{log}");
+    assert_eq!(
+        log_events(&log, "WARN", "not using the compile cache").len(),
+        1,
+        "{log}"
+    );
     assert!(log.contains("compile cache: off"), "{log}");
     assert!(
         cached_files(&cache).is_empty(),

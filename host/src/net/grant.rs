@@ -100,8 +100,9 @@ pub struct Skipped {
     pub why: String,
 }
 
-/// A secret setting the host sends as a request header.
-#[derive(Debug, Clone)]
+/// A secret setting the host sends as a request header. Its `Debug` (and so
+/// a `Grant`'s) shows whether a value is set, never the value.
+#[derive(Clone)]
 pub struct SecretHeader {
     /// The setting's name.
     pub setting: String,
@@ -115,6 +116,27 @@ pub struct SecretHeader {
     pub var: Option<String>,
     /// Marked sensitive, so `Debug` shows no value.
     pub value: Option<HeaderValue>,
+}
+
+impl fmt::Debug for SecretHeader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SecretHeader")
+            .field("setting", &self.setting)
+            .field("header", &self.header)
+            .field("scope", &self.scope)
+            .field("env", &self.env)
+            .field("var", &self.var)
+            .field("value", &redacted(self.value.as_ref()))
+            .finish()
+    }
+}
+
+/// How a secret value shows in `Debug`.
+pub fn redacted(value: Option<&HeaderValue>) -> &'static str {
+    match value {
+        Some(_) => "<redacted>",
+        None => "<unset>",
+    }
 }
 
 /// Everything a provider is granted.

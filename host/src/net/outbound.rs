@@ -21,6 +21,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use tracing::Instrument;
 use wasmtime_wasi_http::{
     DEFAULT_FORBIDDEN_HEADERS, Error as HttpError, ForbiddenHeaderFilter, RequestOptions, WasiBody,
     WasiHttpHooks,
@@ -190,7 +191,7 @@ impl WasiHttpHooks for Outbound {
         let (dest, allowed) = match decision {
             Ok(ok) => ok,
             Err(denied) => {
-                eprintln!("epp-host: denied outbound request: {denied}");
+                tracing::warn!(reason = %denied, "outbound request denied by policy");
                 return Box::new(async { Err(HttpError::HttpRequestDenied) });
             }
         };
@@ -210,31 +211,37 @@ impl WasiHttpHooks for Outbound {
         } else {
             self.client.fresh.clone()
         };
-        Box::new(async move {
-            let response = match tokio::time::timeout(first_byte, client.request(request)).await {
-                Ok(Ok(response)) => response,
-                Ok(Err(err)) => return Err(map_client_error(&dest, err)),
-                Err(_) => return Err(HttpError::ConnectionReadTimeout),
-            };
-            // A body of unknown length is a stream (execd's command events):
-            // read it ahead so the guest gets many small chunks at once.
-            let streamed = !response
-                .headers()
-                .contains_key(http::header::CONTENT_LENGTH)
-                && !http_body::Body::is_end_stream(response.body());
-            let response = response.map(|body| {
-                let body = IdleTimeoutBody::new(body, between_bytes);
-                if streamed {
-                    ReadAhead::new(body, reusable).boxed_unsync()
-                } else {
-                    body.boxed_unsync()
-                }
-            });
-            Ok((
-                response,
-                Box::new(async { Ok(()) }) as Box<dyn Future<Output = _> + Send>,
-            ))
-        })
+        // wasmtime-wasi-http runs this on a task of its own: keep the request's span.
+        let span = tracing::Span::current();
+        Box::new(
+            async move {
+                let response = match tokio::time::timeout(first_byte, client.request(request)).await
+                {
+                    Ok(Ok(response)) => response,
+                    Ok(Err(err)) => return Err(map_client_error(&dest, err)),
+                    Err(_) => return Err(HttpError::ConnectionReadTimeout),
+                };
+                // A body of unknown length is a stream (execd's command events):
+                // read it ahead so the guest gets many small chunks at once.
+                let streamed = !response
+                    .headers()
+                    .contains_key(http::header::CONTENT_LENGTH)
+                    && !http_body::Body::is_end_stream(response.body());
+                let response = response.map(|body| {
+                    let body = IdleTimeoutBody::new(body, between_bytes);
+                    if streamed {
+                        ReadAhead::new(body, reusable).boxed_unsync()
+                    } else {
+                        body.boxed_unsync()
+                    }
+                });
+                Ok((
+                    response,
+                    Box::new(async { Ok(()) }) as Box<dyn Future<Output = _> + Send>,
+                ))
+            }
+            .instrument(span),
+        )
     }
 }
 
@@ -274,13 +281,20 @@ fn map_client_error(dest: &Destination, err: hyper_util::client::legacy::Error) 
         if let Some(resolve) = e.downcast_ref::<ResolveError>() {
             return match resolve {
                 ResolveError::Denied(denied) => {
-                    eprintln!("epp-host: denied outbound request to {dest}: {denied}");
+                    tracing::warn!(
+                        destination = %dest,
+                        reason = %denied,
+                        "outbound request denied after name resolution"
+                    );
                     HttpError::HttpRequestDenied
                 }
-                ResolveError::Lookup(_) => HttpError::DnsError {
-                    rcode: None,
-                    info_code: None,
-                },
+                ResolveError::Lookup(lookup) => {
+                    tracing::debug!(destination = %dest, error = %lookup, "name lookup failed");
+                    HttpError::DnsError {
+                        rcode: None,
+                        info_code: None,
+                    }
+                }
             };
         }
         if let Some(io) = e.downcast_ref::<std::io::Error>() {
@@ -303,7 +317,7 @@ fn map_client_error(dest: &Destination, err: hyper_util::client::legacy::Error) 
     }
     if has_hyper_error(&err) {
         // The guest sees only the code; the operator gets hyper's reason.
-        eprintln!("epp-host: HTTP to {dest} failed: {}", chain(&err));
+        tracing::warn!(destination = %dest, error = chain(&err), "outbound HTTP failed");
         return HttpError::HttpProtocolError;
     }
     if err.is_connect() {

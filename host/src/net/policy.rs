@@ -20,7 +20,7 @@
 //! Matching is done on a normalised destination: lower case, no trailing dot,
 //! explicit port, IPv6 without brackets; a `user@` part is always refused.
 
-use super::grant::Grant;
+use super::grant::{Grant, redacted};
 use crate::runtime::bindings::abx::epp::types::HeaderScope;
 use http::{HeaderName, HeaderValue};
 use std::fmt;
@@ -197,10 +197,21 @@ fn is_metadata_name(host: &str) -> bool {
 }
 
 /// What to do with a request the policy allows.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Allowed {
     /// Secret headers the host adds (values marked sensitive).
     pub inject: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl fmt::Debug for Allowed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inject: Vec<(&str, &str)> = self
+            .inject
+            .iter()
+            .map(|(name, value)| (name.as_str(), redacted(Some(value))))
+            .collect();
+        f.debug_struct("Allowed").field("inject", &inject).finish()
+    }
 }
 
 /// A secret header with its value and scope.
@@ -230,14 +241,7 @@ impl fmt::Debug for NetPolicy {
         let headers: Vec<(&str, &str)> = self
             .headers
             .iter()
-            .map(|h| {
-                let value = if h.value.is_some() {
-                    "<redacted>"
-                } else {
-                    "<unset>"
-                };
-                (h.name.as_str(), value)
-            })
+            .map(|h| (h.name.as_str(), redacted(h.value.as_ref())))
             .collect();
         f.debug_struct("NetPolicy")
             .field("origin", &self.origin)

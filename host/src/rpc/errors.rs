@@ -181,7 +181,7 @@ impl RpcError {
         if let Some(hit) = trap.downcast_ref::<LimitHit>() {
             return RpcError::fault(hit.to_string());
         }
-        eprintln!("epp-host: provider trap: {trap:?}");
+        tracing::error!(trap = ?trap, "provider trap");
         let cause = match trap.downcast_ref::<wasmtime::Trap>() {
             Some(wasmtime::Trap::UnreachableCodeReached) => "it panicked or aborted".to_string(),
             Some(code) => format!("wasm trap: {code}"),

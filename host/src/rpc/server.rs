@@ -3,7 +3,7 @@
 //! concurrency cap, per-request deadline and a graceful end of input.
 
 use super::codec::Codec;
-use super::errors::RpcError;
+use super::errors::{EppCode, RpcError};
 use super::methods::{self, CallCtx};
 use super::outbox::Outbox;
 use super::wire::{Incoming, Line, LineReader, id_from_head, parse};
@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, BufReader};
 use tokio::sync::{Notify, Semaphore, oneshot};
+use tracing::Instrument;
 
 /// How the server behaves; see `epp-host run --help`.
 #[derive(Debug, Clone)]
@@ -78,7 +79,7 @@ impl Server {
                 Ok(Some(line)) => self.handle_line(line).await,
                 Ok(None) => break,
                 Err(e) => {
-                    eprintln!("epp-host: reading stdin failed: {e}; shutting down");
+                    tracing::error!(error = %e, "reading stdin failed; shutting down");
                     break;
                 }
             }
@@ -106,8 +107,9 @@ impl Server {
                     self.cancel(&params);
                 }
                 "epp.shutdown" => self.shutdown.notify_one(),
-                _ => eprintln!(
-                    "epp-host: ignoring notification `{method}` (it has no id, so it gets no answer)"
+                _ => tracing::warn!(
+                    method,
+                    "ignoring a notification (it has no id, so it gets no answer)"
                 ),
             },
             Incoming::Invalid { id, error } => self.out.respond(id, Err(error)).await,
@@ -174,12 +176,25 @@ impl Server {
             return self.out.respond(id, Err(error)).await;
         };
         let server = self.clone();
-        tokio::spawn(async move {
-            server.run(id, method, params, rx).await;
-            drop(permit);
-            server.inflight.lock().expect("lock").remove(&key);
-            server.finished.notify_waiters();
-        });
+        // Every event of the request (and of what it starts) names it.
+        let span = tracing::info_span!(
+            "request",
+            id = %key,
+            method = %method,
+            sandbox_id = tracing::field::Empty,
+        );
+        if let Some(sandbox) = params.get("sandbox_id").and_then(Value::as_str) {
+            span.record("sandbox_id", sandbox);
+        }
+        tokio::spawn(
+            async move {
+                server.run(id, method, params, rx).await;
+                drop(permit);
+                server.inflight.lock().expect("lock").remove(&key);
+                server.finished.notify_waiters();
+            }
+            .instrument(span),
+        );
     }
 
     async fn run(
@@ -202,7 +217,28 @@ impl Server {
                 std::future::pending::<()>().await;
             }
         };
+        let started = std::time::Instant::now();
         let result = answer(&ctx, &method, params, self.opts.call_timeout, cancelled).await;
+        let took = started.elapsed();
+        match &result {
+            Ok(_) => tracing::debug!(took = ?took, outcome = "ok", "answered"),
+            // A fault is the provider's or a host limit's: worth the operator's eye.
+            Err(e) if e.code == EppCode::ProviderFault => tracing::warn!(
+                took = ?took,
+                outcome = %e.code,
+                retryable = e.retryable,
+                error = %e.message,
+                "answered with a fault"
+            ),
+            Err(e) => tracing::debug!(
+                took = ?took,
+                outcome = %e.code,
+                retryable = e.retryable,
+                http_status = e.http_status,
+                upstream_code = e.upstream_code.as_deref(),
+                "answered with an error"
+            ),
+        }
         self.out.respond(id, result).await;
         ctx.mark_answered();
     }
@@ -232,9 +268,9 @@ impl Server {
                 .values_mut()
                 .filter_map(|e| e.cancel.take())
                 .collect();
-            eprintln!(
-                "epp-host: cancelling {} request(s) still running at shutdown",
-                pending.len()
+            tracing::warn!(
+                requests = pending.len(),
+                "cancelling requests still running at shutdown"
             );
             for tx in pending {
                 let _ = tx.send(());

@@ -69,7 +69,7 @@ pub fn load(engine: &Engine, wasm: &[u8], dir: Option<&Path>) -> Result<(Compone
         return Ok((Component::new(engine, wasm)?, CacheOutcome::Disabled));
     };
     if let Err(e) = private_dir(dir) {
-        eprintln!("epp-host: not using the compile cache: {e:#}");
+        tracing::warn!(dir = %dir.display(), error = format!("{e:#}"), "not using the compile cache");
         return Ok((Component::new(engine, wasm)?, CacheOutcome::Disabled));
     }
     let path = dir.join(cache_key(engine, wasm));
@@ -78,15 +78,16 @@ pub fn load(engine: &Engine, wasm: &[u8], dir: Option<&Path>) -> Result<(Compone
         // `store` below for exactly this .wasm (by hash) and this engine.
         match unsafe { Component::deserialize_file(engine, &path) } {
             Ok(component) => return Ok((component, CacheOutcome::Hit)),
-            Err(e) => eprintln!(
-                "epp-host: recompiling, cached {} is unusable: {e:#}",
-                path.display()
+            Err(e) => tracing::warn!(
+                path = %path.display(),
+                error = format!("{e:#}"),
+                "recompiling: the cached component is unusable"
             ),
         }
     }
     let bytes = engine.precompile_component(wasm)?;
     if let Err(e) = store(&path, &bytes) {
-        eprintln!("epp-host: could not write the compile cache: {e:#}");
+        tracing::warn!(path = %path.display(), error = format!("{e:#}"), "could not write the compile cache");
     }
     // SAFETY: these bytes were produced by this engine a moment ago.
     let component = unsafe { Component::deserialize(engine, &bytes)? };

@@ -935,6 +935,64 @@ impl Host {
     }
 }
 
+// ------------------------------------------------------------------ the host's log
+
+/// One line of the host's log (`tracing`'s text format on stderr):
+/// `2025-01-01T00:00:00.000000Z  WARN request{id=1 method=m}: epp_host::net::outbound: MESSAGE field=value`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogLine<'a> {
+    /// `ERROR`, `WARN`, `INFO`, `DEBUG` or `TRACE`.
+    pub level: &'a str,
+    /// The spans the event happened in (`request{id=1 method=m}:`), or "".
+    pub spans: &'a str,
+    /// The event's target, e.g. `epp_host::net::outbound`.
+    pub target: &'a str,
+    /// The message, then the event's fields.
+    pub text: &'a str,
+}
+
+/// The host's events in `log`, in order; lines that are not events (a
+/// multi-line field such as a trap's backtrace) are left out.
+pub fn log_lines(log: &str) -> Vec<LogLine<'_>> {
+    log.lines().filter_map(log_line).collect()
+}
+
+fn log_line(line: &str) -> Option<LogLine<'_>> {
+    let mut words = line.splitn(2, ' ');
+    let _time = words.next().filter(|t| t.ends_with('Z'))?;
+    let rest = words.next()?.trim_start();
+    let (level, rest) = rest.split_once(' ')?;
+    if !matches!(level, "ERROR" | "WARN" | "INFO" | "DEBUG" | "TRACE") {
+        return None;
+    }
+    // Spans (`name{fields}:`) come before the target; the target is the
+    // first word that starts with the crate's name and ends with `:`.
+    let mut at = 0;
+    while let Some(found) = rest[at..].find("epp_host") {
+        let start = at + found;
+        let starts_word = start == 0 || rest.as_bytes()[start - 1] == b' ';
+        let end = rest[start..].find(' ').map_or(rest.len(), |e| start + e);
+        if starts_word && rest[start..end].ends_with(':') {
+            return Some(LogLine {
+                level,
+                spans: rest[..start].trim_end(),
+                target: &rest[start..end - 1],
+                text: rest.get(end + 1..).unwrap_or(""),
+            });
+        }
+        at = start + 1;
+    }
+    None
+}
+
+/// The events at `level` whose message starts with `message`.
+pub fn log_events<'a>(log: &'a str, level: &str, message: &str) -> Vec<LogLine<'a>> {
+    log_lines(log)
+        .into_iter()
+        .filter(|l| l.level == level && l.text.starts_with(message))
+        .collect()
+}
+
 // ------------------------------------------------------------------ answers
 
 pub fn is_response(msg: &Value) -> bool {

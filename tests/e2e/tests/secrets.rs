@@ -1,10 +1,10 @@
 //! Secrets. Every host of every end-to-end test is swept by the harness (its
 //! stdout lines, error messages included, and its stderr; `epp_e2e::secrets`).
 //! Here: the guest's memory, read from a running host while a request is in
-//! flight.
+//! flight (that host logs at `EPP_LOG=debug`).
 
 use epp_e2e::secrets::{registry_password, scan_guest_memory};
-use epp_e2e::{Host, Mode, figure, testbed};
+use epp_e2e::{HostBuilder, Mode, figure, testbed};
 use serde_json::json;
 use std::time::Duration;
 
@@ -16,7 +16,11 @@ fn the_api_key_never_reaches_guest_memory() {
         "the e2e testbed must run with a recognisable key"
     );
     let password = registry_password().to_string();
-    let host = Host::start(Mode::Direct);
+    // At the most verbose level of the host's own log: the harness sweeps that
+    // stderr for both secrets too.
+    let host = HostBuilder::new(Mode::Direct)
+        .env("EPP_LOG", "debug")
+        .spawn();
     let id = host.create_sandbox();
     let canary = format!("sandbox {id}");
 

@@ -228,6 +228,12 @@ fn secret_headers_take_the_value_from_the_first_set_variable() {
     assert_eq!(h.value.as_ref().unwrap().as_bytes(), b"first");
     assert!(h.value.as_ref().unwrap().is_sensitive());
     assert!(!format!("{g:?}").contains("first"), "{g:?}");
+    // Redacted by the type itself, not only by the value's sensitive flag.
+    let mut h = g.secret_headers[0].clone();
+    h.value = Some(HeaderValue::from_static("not-marked-sensitive"));
+    let shown = format!("{h:?}");
+    assert!(!shown.contains("not-marked"), "{shown}");
+    assert!(shown.contains("value: \"<redacted>\""), "{shown}");
     // Unset: declared (and so owned by the host), but nothing to send.
     let g = resolve_with(&needs(TEMPLATES), &[]).unwrap();
     assert!(g.secret_headers[0].value.is_none() && g.secret_headers[0].var.is_none());

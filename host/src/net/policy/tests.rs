@@ -338,6 +338,13 @@ fn debug_never_shows_the_key() {
     let text = format!("{p:?}");
     assert!(!text.contains("very-secret-key"), "{text}");
     assert!(text.contains(KEY_HEADER), "{text}");
+    // Nor does what a request to the origin is allowed (the header it gets).
+    let dest = Destination::parse("http", "127.0.0.1:8080").unwrap();
+    let allowed = p.check(&dest).unwrap();
+    assert_eq!(allowed.inject.len(), 1);
+    let text = format!("{allowed:?}");
+    assert!(!text.contains("very-secret-key"), "{text}");
+    assert!(text.contains("<redacted>"), "{text}");
 }
 
 #[test]

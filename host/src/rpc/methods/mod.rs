@@ -119,13 +119,18 @@ impl CallCtx {
             };
             match tokio::time::timeout(Duration::from_secs(10), kill).await {
                 Ok(Ok(())) => {}
-                Ok(Err(e)) => eprintln!(
-                    "epp-host: stopping command {command_id} in {sandbox_id}: {}",
-                    e.message
+                Ok(Err(e)) => tracing::warn!(
+                    sandbox_id,
+                    command_id,
+                    outcome = %e.code,
+                    error = %e.wire_message(),
+                    "stopping an abandoned command failed"
                 ),
-                Err(_) => {
-                    eprintln!("epp-host: stopping command {command_id} in {sandbox_id} timed out")
-                }
+                Err(_) => tracing::warn!(
+                    sandbox_id,
+                    command_id,
+                    "stopping an abandoned command timed out"
+                ),
             }
         }
     }
@@ -143,7 +148,7 @@ pub fn settle<T>(r: wasmtime::Result<Result<T, EppError>>) -> Result<T, RpcError
 /// Drops an exported resource, ignoring a trap in its destructor (logged).
 pub async fn drop_resource(inst: &mut Instance, res: wasmtime::component::ResourceAny) {
     if let Err(e) = res.resource_drop_async(&mut inst.store).await {
-        eprintln!("epp-host: provider failed to release a resource: {e}");
+        tracing::warn!(error = %e, "the provider failed to release a resource");
     }
 }
 
