@@ -311,6 +311,33 @@ impl Client {
         }
     }
 
+    /// Claims every queued message up to and including the first, arrived or
+    /// arriving within `timeout`, that satisfies `pred`, in arrival order;
+    /// messages after it stay queued. Nothing is claimed when the wait fails.
+    pub fn take_until(
+        &self,
+        timeout: Duration,
+        pred: impl Fn(&Message) -> bool,
+    ) -> Result<Vec<Message>, WaitError> {
+        let (lock, cvar) = &*self.shared;
+        let deadline = Instant::now() + timeout;
+        let mut state = lock.lock().expect("state lock");
+        loop {
+            if let Some(i) = state.queue.iter().position(&pred) {
+                let rest = state.queue.split_off(i + 1);
+                return Ok(std::mem::replace(&mut state.queue, rest));
+            }
+            if state.closed {
+                return Err(WaitError::Closed);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(WaitError::Timeout);
+            }
+            state = cvar.wait_timeout(state, left).expect("state lock").0;
+        }
+    }
+
     /// Claims the response to `id`.
     pub fn response(&self, id: &Value, timeout: Duration) -> Result<Message, WaitError> {
         self.wait_for(timeout, |m| m.is_response() && &m.raw["id"] == id)
@@ -479,6 +506,33 @@ mod tests {
         assert_eq!(c.response(&json!(3), t).unwrap_err(), WaitError::Closed);
         assert_eq!(c.counts().0, 3);
         assert_eq!(c.transcript().lines().count(), 3);
+    }
+
+    #[test]
+    fn take_until_claims_a_prefix_in_arrival_order() {
+        let c = scripted(&[
+            r#"{"jsonrpc":"2.0","method":"commands.output","params":{"request_id":1,"data":"a"}}"#,
+            r#"{"jsonrpc":"2.0","method":"commands.output","params":{"request_id":2,"data":"b"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":2,"result":{}}"#,
+        ]);
+        let t = Duration::from_secs(5);
+        let got = c.take_until(t, |m| m.is_response()).unwrap();
+        let lines: Vec<String> = got.iter().map(|m| m.raw.to_string()).collect();
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert_eq!(got[0].raw["params"]["data"], "a");
+        assert_eq!(got[1].raw["params"]["data"], "b");
+        assert_eq!(got[2].raw["id"], 1);
+        // Nothing more matches: the wait ends with the output, claiming nothing;
+        // the answer to 2 is still queued.
+        assert_eq!(
+            c.take_until(t, |m| m.is_notification("pty.exit"))
+                .unwrap_err(),
+            WaitError::Closed
+        );
+        let rest = c.pending();
+        assert_eq!(rest.len(), 1);
+        assert_eq!(rest[0].raw["id"], 2);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Command line of `epp-host`.
 
 use clap::{Args, Parser, Subcommand};
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 /// A small, strict host for EPP/1 provider components.
@@ -171,4 +172,131 @@ pub struct HostArgs {
     /// Seconds in-flight requests get to finish after end of input.
     #[arg(long, default_value_t = 10, value_name = "SECS")]
     pub shutdown_grace: u64,
+}
+
+impl HostArgs {
+    /// These flags as `run` reads them back (how `call` starts its `run`).
+    pub fn to_args(&self) -> Vec<OsString> {
+        // Taken apart whole, so a new flag cannot be forgotten here.
+        let HostArgs {
+            trust:
+                TrustArgs {
+                    trusted_keys,
+                    trust_file,
+                },
+            allow_unsigned,
+            cache_dir,
+            no_cache,
+            allow_hosts,
+            pass_env,
+            max_memory_mib,
+            cpu_budget_ms,
+            call_timeout,
+            max_concurrent,
+            max_line_bytes,
+            max_output_bytes,
+            shutdown_grace,
+        } = self;
+        let mut args: Vec<OsString> = Vec::new();
+        let mut flag = |name: &str, value: OsString| {
+            args.push(name.into());
+            args.push(value);
+        };
+        for key in trusted_keys {
+            flag("--trusted-key", key.into());
+        }
+        if let Some(file) = trust_file {
+            flag("--trust-file", file.into());
+        }
+        if let Some(dir) = cache_dir {
+            flag("--cache-dir", dir.into());
+        }
+        for host in allow_hosts {
+            flag("--allow-host", host.into());
+        }
+        for name in pass_env {
+            flag("--pass-env", name.into());
+        }
+        flag("--max-memory-mib", max_memory_mib.to_string().into());
+        flag("--cpu-budget-ms", cpu_budget_ms.to_string().into());
+        flag("--call-timeout", call_timeout.to_string().into());
+        flag("--max-concurrent", max_concurrent.to_string().into());
+        flag("--max-line-bytes", max_line_bytes.to_string().into());
+        flag("--max-output-bytes", max_output_bytes.to_string().into());
+        flag("--shutdown-grace", shutdown_grace.to_string().into());
+        if *allow_unsigned {
+            args.push("--allow-unsigned".into());
+        }
+        if *no_cache {
+            args.push("--no-cache".into());
+        }
+        args
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host_args(args: &[&str]) -> HostArgs {
+        let argv = ["epp-host", "call", "p.wasm", "sandbox.list"]
+            .iter()
+            .chain(args)
+            .copied();
+        match Cli::try_parse_from(argv).expect("parses").command {
+            Command::Call { host, .. } => host,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn call_hands_run_the_same_flags() {
+        for args in [
+            &[][..],
+            &[
+                "--trusted-key",
+                "a.pub",
+                "--trusted-key",
+                "b.pub",
+                "--trust-file",
+                "keys",
+                "--allow-unsigned",
+                "--cache-dir",
+                "/c",
+                "--allow-host",
+                "*.x.test",
+                "--allow-host",
+                "10.0.0.0/8",
+                "--pass-env",
+                "HOME",
+                "--max-memory-mib",
+                "64",
+                "--cpu-budget-ms",
+                "5",
+                "--call-timeout",
+                "7",
+                "--max-concurrent",
+                "3",
+                "--max-line-bytes",
+                "1000",
+                "--max-output-bytes",
+                "2000",
+                "--shutdown-grace",
+                "1",
+            ][..],
+            &["--no-cache"][..],
+        ] {
+            let host = host_args(args);
+            let again = Cli::try_parse_from(
+                [OsString::from("epp-host"), "run".into(), "p.wasm".into()]
+                    .into_iter()
+                    .chain(host.to_args()),
+            )
+            .expect("run takes them");
+            let Command::Run { host: again, .. } = again.command else {
+                panic!("not run");
+            };
+            assert_eq!(format!("{again:?}"), format!("{host:?}"), "{args:?}");
+        }
+    }
 }

@@ -2,6 +2,7 @@
 //! component on stdio. The binary (`main.rs`) parses the command line; tests
 //! and tools use these modules directly.
 
+pub mod call;
 pub mod cli;
 pub mod config;
 pub mod inspect;

@@ -4,16 +4,13 @@
 use anyhow::{Context, Result};
 use clap::Parser;
 use epp_host::cli::{self, Cli, Command, HostArgs};
-use epp_host::rpc::codec::Codec;
-use epp_host::rpc::methods::CallCtx;
 use epp_host::rpc::outbox::Outbox;
-use epp_host::rpc::server::{self, Server};
+use epp_host::rpc::server::Server;
 use epp_host::runtime::{self, Runtime};
-use epp_host::{config, inspect, manifest, signing};
-use serde_json::{Map, Value};
+use epp_host::{call, config, inspect, manifest, signing};
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -62,7 +59,10 @@ fn main() -> ExitCode {
             method,
             params,
             host,
-        } => async_main(call(wasm, method, params, host)),
+        } => call::params(params.as_deref()).and_then(|params| {
+            let exe = std::env::current_exe().context("finding this epp-host binary")?;
+            call::call(&exe, &wasm, &method, params, &host)
+        }),
     };
     match result {
         Ok(code) => code,
@@ -92,7 +92,7 @@ fn verify(wasm: &Path, trust: &cli::TrustArgs) -> Result<ExitCode> {
     })
 }
 
-/// Reads, verifies and loads a component as `run` and `call` do.
+/// Reads, verifies and loads a component for `run`.
 async fn load(wasm: &Path, host: &HostArgs) -> Result<Arc<Runtime>> {
     let bytes = std::fs::read(wasm).with_context(|| format!("reading {}", wasm.display()))?;
     signing::enforce(wasm, &bytes, &host.trust, host.allow_unsigned)?;
@@ -122,58 +122,4 @@ async fn run(wasm: std::path::PathBuf, host: HostArgs) -> Result<ExitCode> {
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), writer).await;
     // stdin's reader thread may still be blocked in read(2): exit without waiting.
     std::process::exit(0);
-}
-
-async fn call(
-    wasm: std::path::PathBuf,
-    method: String,
-    params: Option<String>,
-    host: HostArgs,
-) -> Result<ExitCode> {
-    let params: Map<String, Value> = match params.as_deref() {
-        None => Map::new(),
-        Some(text) => match serde_json::from_str(text) {
-            Ok(Value::Object(map)) => map,
-            Ok(_) => {
-                anyhow::bail!("params must be a JSON object, e.g. '{{\"sandbox_id\":\"...\"}}'")
-            }
-            Err(e) => anyhow::bail!("params are not valid JSON: {e}"),
-        },
-    };
-    let runtime = load(&wasm, &host).await?;
-    let ctx = CallCtx::new(
-        runtime.clone(),
-        Arc::new(Codec::new(runtime.component())),
-        Outbox::Terminal,
-        Value::from(1),
-        host.max_output_bytes,
-        Arc::new(Mutex::new(tokio::task::JoinSet::new())),
-    );
-    let interrupted = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let timeout = config::serve_options(&host).call_timeout;
-    let result = server::answer(&ctx, &method, params, timeout, interrupted).await;
-    match result {
-        Ok(value) => {
-            println!("{}", serde_json::to_string_pretty(&value)?);
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => {
-            let object = epp_host::rpc::outbox::error_object(&e);
-            eprintln!(
-                "error {} ({}): {}",
-                e.code,
-                e.jsonrpc_code(),
-                e.wire_message()
-            );
-            if object["data"]
-                .as_object()
-                .is_some_and(|data| data.len() > 1)
-            {
-                eprintln!("{}", object["data"]);
-            }
-            Ok(ExitCode::from(1))
-        }
-    }
 }

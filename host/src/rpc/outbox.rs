@@ -1,9 +1,8 @@
-//! Where answers and notifications go: whole lines on stdout (one writer task,
-//! so lines never interleave), or a terminal printer for `epp-host call`.
+//! Where answers and notifications go: whole lines on stdout, written by one
+//! task so lines never interleave.
 
 use super::errors::RpcError;
 use serde_json::{Map, Value, json};
-use std::io::Write;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -15,12 +14,10 @@ const GATHER: usize = 1 << 20;
 /// gathering buffer (a `files.read` answer can be hundreds of MiB).
 const DIRECT: usize = 64 << 10;
 
+/// The sending end of the writer: cheap to clone, one per request.
 #[derive(Clone)]
-pub enum Outbox {
-    Wire(mpsc::Sender<Vec<u8>>),
-    /// `epp-host call`: notifications are printed as they come; the caller
-    /// prints the answer itself.
-    Terminal,
+pub struct Outbox {
+    tx: mpsc::Sender<Vec<u8>>,
 }
 
 impl Outbox {
@@ -72,26 +69,18 @@ impl Outbox {
                 }
             }
         });
-        (Outbox::Wire(tx), task)
+        (Outbox { tx }, task)
     }
 
     async fn send(&self, message: Value) {
-        match self {
-            Outbox::Wire(tx) => {
-                // The same text serde_json writes, with a faster string escaper
-                // (json_out); no fmt::Write detour, no copy per line.
-                let mut line = super::json_out::to_vec(&message);
-                line.push(b'\n');
-                let _ = tx.send(line).await;
-            }
-            Outbox::Terminal => unreachable!("terminal messages are handled by the callers"),
-        }
+        // The same text serde_json writes, with a faster string escaper
+        // (json_out); no fmt::Write detour, no copy per line.
+        let mut line = super::json_out::to_vec(&message);
+        line.push(b'\n');
+        let _ = self.tx.send(line).await;
     }
 
     pub async fn respond(&self, id: Value, result: Result<Value, RpcError>) {
-        if let Outbox::Terminal = self {
-            return;
-        }
         let message = match result {
             Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
             Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error_object(&error)}),
@@ -100,10 +89,6 @@ impl Outbox {
     }
 
     pub async fn notify(&self, method: &str, params: Value) {
-        if let Outbox::Terminal = self {
-            print_notification(method, &params);
-            return;
-        }
         self.send(json!({"jsonrpc": "2.0", "method": method, "params": params}))
             .await;
     }
@@ -122,27 +107,4 @@ pub fn error_object(error: &RpcError) -> Value {
         data.insert("upstream_code".into(), json!(code));
     }
     json!({"code": error.jsonrpc_code(), "message": error.wire_message(), "data": data})
-}
-
-/// `epp-host call`: command output goes to stdout/stderr as text, terminal
-/// output as raw bytes, anything else as a JSON line on stderr.
-fn print_notification(method: &str, params: &Value) {
-    use base64::Engine as _;
-    let data = params.get("data").and_then(Value::as_str).unwrap_or("");
-    match (method, params.get("stream").and_then(Value::as_str)) {
-        ("commands.output", Some("stdout")) => {
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(data.as_bytes()).and_then(|_| out.flush());
-        }
-        ("commands.output", _) => {
-            let _ = std::io::stderr().write_all(data.as_bytes());
-        }
-        ("pty.output", _) => {
-            if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(data) {
-                let mut out = std::io::stdout().lock();
-                let _ = out.write_all(&bytes).and_then(|_| out.flush());
-            }
-        }
-        _ => eprintln!("{}", json!({"method": method, "params": params})),
-    }
 }

@@ -282,11 +282,11 @@ impl Server {
     }
 }
 
-/// The one path of every request, for `run` and `epp-host call` alike: the
+/// The one path of every request (`epp-host call` is a client of `run`): the
 /// method under its deadline (`methods::deadline`) until it is done or
 /// `cancelled` resolves; whatever a failed request started in a sandbox is
 /// stopped before its answer goes out.
-pub async fn answer(
+async fn answer(
     ctx: &CallCtx,
     method: &str,
     params: Map<String, Value>,

@@ -1,6 +1,7 @@
 //! Shared harness of epp-host's integration tests: the probe component, a
 //! private network namespace, loopback echo servers and a driver for a real
-//! `epp-host run` process speaking EPP/1 over its stdio.
+//! `epp-host run` process speaking EPP/1 over its stdio (through `epp-client`,
+//! like the end-to-end tests and `epp-host call`).
 //!
 //! Everything the tests start (echo servers and epp-host processes) lives in a
 //! network namespace of its own whose only interface is loopback, when the
@@ -13,12 +14,13 @@
 
 #![allow(dead_code)]
 
+use epp_client::{Client, Options};
 use serde_json::{Value, json};
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -639,7 +641,8 @@ impl HostBuilder {
         cmd
     }
 
-    /// Starts the host inside the lab with piped stdio.
+    /// Starts the host inside the lab with piped stdio, driven by `epp-client`
+    /// (which keeps a transcript of stdout); stderr is collected as the log.
     pub fn spawn(self) -> Host {
         let mut cmd = self.command();
         let mut keep = None;
@@ -654,27 +657,16 @@ impl HostBuilder {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = in_lab(move || cmd.spawn()).expect("spawning epp-host");
-        let stdout = child.stdout.take().expect("stdout");
+        let client = Client::new(
+            child.stdin.take().expect("stdin"),
+            child.stdout.take().expect("stdout"),
+            Options {
+                transcript: true,
+                on_line: None,
+            },
+        );
         let stderr = child.stderr.take().expect("stderr");
-        let (tx, rx) = mpsc::channel();
-        let transcript = Arc::new(Mutex::new(String::new()));
         let log = Arc::new(Mutex::new(String::new()));
-        {
-            let transcript = transcript.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stdout).split(b'\n') {
-                    let Ok(line) = line else { break };
-                    let text = String::from_utf8_lossy(&line).into_owned();
-                    transcript.lock().expect("transcript").push_str(&text);
-                    transcript.lock().expect("transcript").push('\n');
-                    let msg = serde_json::from_str::<Value>(&text)
-                        .unwrap_or_else(|_| json!({"__not_json__": text}));
-                    if tx.send(msg).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
         {
             let log = log.clone();
             std::thread::spawn(move || {
@@ -688,13 +680,9 @@ impl HostBuilder {
         }
         Host {
             _hosts: keep,
-            stdin: Some(child.stdin.take().expect("stdin")),
             child,
-            messages: rx,
-            pending: Vec::new(),
-            transcript,
+            client,
             log,
-            next_id: 0,
         }
     }
 }
@@ -705,20 +693,16 @@ impl Default for HostBuilder {
     }
 }
 
-/// A running `epp-host run`, driven over its stdio.
+/// A running `epp-host run`, driven over its stdio by an [`epp_client::Client`].
+/// Messages are JSON values as they arrived; waiting for one claims it, and the
+/// rest stay queued for later waits.
 pub struct Host {
     /// The private hosts file, kept while the host runs.
     _hosts: Option<tempfile::TempDir>,
     child: Child,
-    stdin: Option<ChildStdin>,
-    messages: mpsc::Receiver<Value>,
-    /// Received but not yet claimed by a test.
-    pending: Vec<Value>,
-    /// Everything written to stdout.
-    transcript: Arc<Mutex<String>>,
+    client: Client,
     /// Everything written to stderr.
     log: Arc<Mutex<String>>,
-    next_id: u64,
 }
 
 impl Drop for Host {
@@ -733,31 +717,29 @@ impl Host {
         HostBuilder::new().spawn()
     }
 
+    /// The client that drives this host.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// Writes raw bytes to the host's stdin.
     pub fn send_raw(&mut self, bytes: &[u8]) {
-        let stdin = self.stdin.as_mut().expect("stdin already closed");
-        stdin.write_all(bytes).expect("writing to epp-host");
-        stdin.flush().expect("flushing to epp-host");
+        self.client.send_raw(bytes);
     }
 
     /// Writes one message as a line.
     pub fn send(&mut self, msg: &Value) {
-        let mut line = msg.to_string().into_bytes();
-        line.push(b'\n');
-        self.send_raw(&line);
+        self.client.send(msg);
     }
 
     /// Sends a request with a fresh numeric id; returns the id.
     pub fn request(&mut self, method: &str, params: Value) -> Value {
-        self.next_id += 1;
-        let id = json!(self.next_id);
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        id
+        self.client.request(method, params)
     }
 
     /// Sends a request with the given id.
     pub fn request_with_id(&mut self, id: Value, method: &str, params: Value) {
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        self.client.request_with_id(id, method, params);
     }
 
     /// A request and its response.
@@ -771,58 +753,49 @@ impl Host {
         self.call("sandbox.get_info", json!({"sandbox_id": instruction}))
     }
 
-    /// The next message that satisfies `pred`, within `timeout`; others are kept.
+    /// Claims the first message that satisfies `pred`, within `timeout`;
+    /// others stay queued. Fails the test if a line that is not JSON comes
+    /// first.
     pub fn wait_for_within(
         &mut self,
         timeout: Duration,
         pred: impl Fn(&Value) -> bool,
     ) -> Option<Value> {
-        if let Some(i) = self.pending.iter().position(&pred) {
-            return Some(self.pending.remove(i));
-        }
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.messages.recv_timeout(left) {
-                Ok(msg) => {
-                    assert!(
-                        msg.get("__not_json__").is_none(),
-                        "epp-host wrote a non-JSON line to stdout: {msg}"
-                    );
-                    if pred(&msg) {
-                        return Some(msg);
-                    }
-                    self.pending.push(msg);
-                }
-                Err(_) => return None,
-            }
-        }
+        let msg = self
+            .client
+            .wait_for(timeout, |m| m.is_garbage() || pred(&m.raw))
+            .ok()?;
+        assert!(
+            !msg.is_garbage(),
+            "epp-host wrote a non-JSON line to stdout: {}",
+            msg.raw
+        );
+        Some(msg.raw)
     }
 
     /// Like [`Host::wait_for_within`] with [`PATIENCE`], failing the test on timeout.
     pub fn wait_for(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
         match self.wait_for_within(PATIENCE, pred) {
             Some(msg) => msg,
-            None => panic!(
-                "no {what} from epp-host within {PATIENCE:?}\nstill pending: {:?}\nstderr:\n{}",
-                self.pending,
-                self.log()
-            ),
+            None => self.gave_up(what),
         }
+    }
+
+    fn gave_up(&self, what: &str) -> ! {
+        panic!(
+            "no {what} from epp-host within {PATIENCE:?}\nstill pending: {:?}\nstderr:\n{}",
+            self.pending(),
+            self.log()
+        )
     }
 
     /// Every unclaimed message, in arrival order, up to and including the first
     /// that satisfies `pred`.
     pub fn collect_until(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
-        if let Some(i) = self.pending.iter().position(&pred) {
-            let rest = self.pending.split_off(i + 1);
-            return std::mem::replace(&mut self.pending, rest);
+        match self.client.take_until(PATIENCE, |m| pred(&m.raw)) {
+            Ok(messages) => messages.into_iter().map(|m| m.raw).collect(),
+            Err(_) => self.gave_up(what),
         }
-        let mut seen = std::mem::take(&mut self.pending);
-        let last = self.wait_for(what, pred);
-        seen.extend(std::mem::take(&mut self.pending));
-        seen.push(last);
-        seen
     }
 
     /// The response to `id`.
@@ -844,22 +817,14 @@ impl Host {
     /// Closes stdin, collects everything the host still writes, and waits for it
     /// to exit.
     pub fn finish(mut self) -> (ExitStatus, Vec<Value>) {
-        self.stdin.take();
-        let mut rest = std::mem::take(&mut self.pending);
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.messages.recv_timeout(left) {
-                Ok(msg) => rest.push(msg),
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    panic!(
-                        "epp-host did not close stdout within {PATIENCE:?} after end of input\nstderr:\n{}",
-                        self.log()
-                    )
-                }
-            }
-        }
+        self.client.close_input();
+        let rest = match self.client.drain(PATIENCE) {
+            Ok(rest) => rest.into_iter().map(|m| m.raw).collect(),
+            Err(_) => panic!(
+                "epp-host did not close stdout within {PATIENCE:?} after end of input\nstderr:\n{}",
+                self.log()
+            ),
+        };
         let status = self.wait_exit(PATIENCE);
         (status, rest)
     }
@@ -897,17 +862,21 @@ impl Host {
 
     /// Everything the host wrote to stdout so far.
     pub fn transcript(&self) -> String {
-        self.transcript.lock().expect("transcript").clone()
+        self.client.transcript()
     }
 
     /// Messages received but not claimed yet, in arrival order.
-    pub fn pending(&self) -> &[Value] {
-        &self.pending
+    pub fn pending(&self) -> Vec<Value> {
+        self.client.pending().into_iter().map(|m| m.raw).collect()
     }
 
-    /// Messages received but not claimed.
+    /// Claims the messages received but not claimed.
     pub fn take_pending(&mut self) -> Vec<Value> {
-        std::mem::take(&mut self.pending)
+        self.client
+            .take_pending()
+            .into_iter()
+            .map(|m| m.raw)
+            .collect()
     }
 
     /// Waits until stderr satisfies `done` (stderr is read by another thread, so
