@@ -173,15 +173,29 @@ impl Codec {
     }
 }
 
+/// Checks `params` (less the adapter's own, `taken`) against `function` and
+/// calls it on a fresh instance. The instance comes back with the answer: a
+/// stream answered by the provider lives in it.
+pub async fn invoke(
+    ctx: &CallCtx,
+    method: &Method,
+    function: &str,
+    params: Map<String, Value>,
+    taken: &[&str],
+) -> Result<(Instance, Option<Val>), RpcError> {
+    let args = ctx.codec.args(method, function, params, taken)?;
+    let mut inst = ctx.instance().await?;
+    let ok = ctx.codec.call(&mut inst, function, &args).await?;
+    Ok((inst, ok))
+}
+
 /// Serves a plain method end to end.
 pub async fn serve(
     ctx: &CallCtx,
     method: &Method,
     params: Map<String, Value>,
 ) -> Result<Value, RpcError> {
-    let args = ctx.codec.args(method, method.function, params, &[])?;
-    let mut inst = ctx.instance().await?;
-    let ok = ctx.codec.call(&mut inst, method.function, &args).await?;
+    let (_, ok) = invoke(ctx, method, method.function, params, &[]).await?;
     ctx.codec.answer(method, ok)
 }
 

@@ -3,7 +3,7 @@
 //! are decoded by the codec like any method's; `background` and `stream` are
 //! this adapter's own.
 
-use super::{CallCtx, Method, drop_resource, guest_res, resource, take_flag};
+use super::{CallCtx, Method, codec, drop_resource, guest_res, resource, sandbox_id, take_flag};
 use crate::rpc::errors::{EppCode, RpcError};
 use crate::runtime::Instance;
 use crate::runtime::bindings::infra::{CommandEvent, CommandExit};
@@ -32,9 +32,7 @@ pub async fn run(
     if !background {
         return follow_call(ctx, method, params, forward).await;
     }
-    let args = ctx.codec.args(method, START, params, &OWN)?;
-    let mut inst = ctx.instance().await?;
-    match ctx.codec.call(&mut inst, START, &args).await? {
+    match codec::invoke(ctx, method, START, params, &OWN).await?.1 {
         Some(Val::String(command_id)) => Ok(json!({"command_id": command_id})),
         _ => Err(RpcError::fault(format!(
             "`{START}` did not answer a command id"
@@ -59,14 +57,8 @@ async fn follow_call(
     params: Map<String, Value>,
     forward: bool,
 ) -> Result<Value, RpcError> {
-    let sandbox_id = params
-        .get("sandbox_id")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    let args = ctx.codec.args(method, method.function, params, &OWN)?;
-    let mut inst = ctx.instance().await?;
-    let ok = ctx.codec.call(&mut inst, method.function, &args).await?;
+    let sandbox_id = sandbox_id(&params);
+    let (mut inst, ok) = codec::invoke(ctx, method, method.function, params, &OWN).await?;
     let stream = resource(method, ok)?;
     let result = follow(ctx, &mut inst, stream, &sandbox_id, forward).await;
     drop_resource(&mut inst, stream).await;

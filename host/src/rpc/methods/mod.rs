@@ -170,6 +170,16 @@ fn take_flag(method: &str, params: &mut Map<String, Value>, name: &str) -> Resul
 }
 
 /// The resource a stream method's function answered.
+/// The `sandbox_id` param as sent (checked later by the codec), for the
+/// notifications and clean-up of a stream.
+fn sandbox_id(params: &Map<String, Value>) -> String {
+    params
+        .get("sandbox_id")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
 fn resource(method: &Method, ok: Option<Val>) -> Result<ResourceAny, RpcError> {
     match ok {
         Some(Val::Resource(r)) => Ok(r),

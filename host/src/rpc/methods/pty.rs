@@ -2,7 +2,7 @@
 //! background task that owns the instance holding the output stream; input,
 //! resize and kill are plain methods.
 
-use super::{CallCtx, Method, drop_resource, guest_res};
+use super::{CallCtx, Method, codec, drop_resource, guest_res, sandbox_id};
 use crate::rpc::errors::RpcError;
 use crate::runtime::bindings::infra::PtyEvent;
 use base64::Engine as _;
@@ -14,14 +14,8 @@ pub async fn create(
     method: &Method,
     params: Map<String, Value>,
 ) -> Result<Value, RpcError> {
-    let sandbox_id = params
-        .get("sandbox_id")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    let args = ctx.codec.args(method, method.function, params, &[])?;
-    let mut inst = ctx.instance().await?;
-    let ok = ctx.codec.call(&mut inst, method.function, &args).await?;
+    let sandbox_id = sandbox_id(&params);
+    let (mut inst, ok) = codec::invoke(ctx, method, method.function, params, &[]).await?;
     let (pty_id, stream) = match ok {
         Some(Val::Tuple(pair)) => match <[Val; 2]>::try_from(pair) {
             Ok([Val::String(id), Val::Resource(stream)]) => (id, stream),

@@ -1,7 +1,7 @@
 //! files.watch: file events become `files.event` notifications until the
 //! provider ends the stream or the client cancels the request.
 
-use super::{CallCtx, Method, drop_resource, guest_res, resource};
+use super::{CallCtx, Method, codec, drop_resource, guest_res, resource};
 use crate::rpc::errors::RpcError;
 use crate::runtime::bindings::infra::FileEventKind;
 use serde_json::{Map, Value, json};
@@ -11,9 +11,7 @@ pub async fn watch(
     method: &Method,
     params: Map<String, Value>,
 ) -> Result<Value, RpcError> {
-    let args = ctx.codec.args(method, method.function, params, &[])?;
-    let mut inst = ctx.instance().await?;
-    let ok = ctx.codec.call(&mut inst, method.function, &args).await?;
+    let (mut inst, ok) = codec::invoke(ctx, method, method.function, params, &[]).await?;
     let stream = resource(method, ok)?;
     let result = loop {
         match guest_res!(inst, watch_stream.call_next, stream) {
