@@ -54,7 +54,7 @@ const TIMEOUT_SLACK: Duration = Duration::from_secs(2);
 /// so a long silence means trouble; with a command timeout, no wait (connect,
 /// first byte, between bytes) is longer than that timeout plus a little slack,
 /// so a sandbox that does not answer (e.g. paused) fails in about that time.
-fn command_timeouts(timeout_ms: Option<u64>) -> Timeouts {
+pub(crate) fn command_timeouts(timeout_ms: Option<u64>) -> Timeouts {
     let t = Timeouts::API.between_bytes(Duration::from_secs(120));
     let Some(ms) = timeout_ms else {
         return t;
@@ -178,12 +178,18 @@ struct StreamState {
     finished: bool,
     timeout_ms: Option<u64>,
     started_ms: u64,
+    /// A run in a bash session (crate::sessions): execd sends lines without their
+    /// terminators, stderr merged into stdout, and reports a timeout as a bare error.
+    session: Option<String>,
 }
 
 impl StreamState {
     /// The output an event's text stands for: the text itself on execd ≥ 1.1.1,
     /// the line with its `\n` back on older execd (crate::lines).
     fn output(&mut self, text: String) -> String {
+        if self.session.is_some() {
+            return lines::output(Lines::Stripped, text);
+        }
         match (self.lines, lines::evidence(&text)) {
             // Only execd ≥ 1.1.1 sends a terminator next to other bytes.
             (Lines::Unknown | Lines::Stripped, Evidence::Raw) => {
@@ -326,6 +332,16 @@ impl StreamState {
                 Some(Ok(Frame::Event(event))) => self.convert(event, &mut out)?,
                 Some(Ok(Frame::Error { code, message })) => {
                     self.finished = true;
+                    if let Some(session) = &self.session
+                        && message.contains("timeout after")
+                    {
+                        return Err(error::timed_out(format!(
+                            "the run in session {session} ({}) ran longer than its timeout of {} s; \
+                             execd killed its whole process group (the session stays usable)",
+                            self.target,
+                            self.timeout_ms.unwrap_or_default() as f64 / 1000.0
+                        )));
+                    }
                     return Err(error::upstream(format!(
                         "{} reported {code}: {message}",
                         self.target
@@ -381,8 +397,33 @@ pub fn run(req: CommandRequest) -> Result<CommandStream> {
             finished: false,
             timeout_ms: req.timeout_ms,
             started_ms,
+            session: None,
         }),
     })
+}
+
+/// Follows a run in a bash session (`POST /session/{id}/run`).
+pub fn follow_session(
+    reader: FrameReader,
+    sandbox_id: &str,
+    session_id: &str,
+    target: String,
+    timeout_ms: Option<u64>,
+    started_ms: u64,
+) -> CommandStream {
+    CommandStream {
+        inner: RefCell::new(StreamState {
+            reader,
+            sandbox_id: sandbox_id.to_string(),
+            target,
+            lines: Lines::Stripped,
+            probe_failed: true,
+            finished: false,
+            timeout_ms,
+            started_ms,
+            session: Some(session_id.to_string()),
+        }),
+    }
 }
 
 /// A background command: `init` then `execution_complete` right away.

@@ -19,6 +19,7 @@ mod process;
 mod pty;
 mod retry;
 mod sandbox;
+mod sessions;
 mod sse;
 mod time;
 mod unsupported;
@@ -53,7 +54,7 @@ pub const CAPABILITIES: &[(&str, Capabilities, bool)] = &[
     ("ports.domain", Capabilities::PORTS_DOMAIN, false),
     ("storage.mount", Capabilities::STORAGE_MOUNT, false),
     ("network.vpc", Capabilities::NETWORK_VPC, false),
-    ("sessions", Capabilities::SESSIONS, false),
+    ("sessions", Capabilities::SESSIONS, true),
 ];
 
 struct Provider;
@@ -268,14 +269,19 @@ impl Guest for Provider {
     fn network_vpc_detach(_: String, _: String) -> R<()> {
         Err(unsupported::capability("network.vpc_detach"))
     }
-    fn sessions_create(_: String, _: Option<String>) -> R<String> {
-        Err(unsupported::capability("sessions.create"))
+    fn sessions_create(sandbox_id: String, cwd: Option<String>) -> R<String> {
+        sessions::create(&sandbox_id, cwd.as_deref())
     }
-    fn sessions_run(_: String, _: String, _: String, _: Option<u64>) -> R<infra::CommandStream> {
-        Err(unsupported::capability("sessions.run"))
+    fn sessions_run(
+        sandbox_id: String,
+        session_id: String,
+        cmd: String,
+        timeout_ms: Option<u64>,
+    ) -> R<infra::CommandStream> {
+        sessions::run(&sandbox_id, &session_id, &cmd, timeout_ms).map(infra::CommandStream::new)
     }
-    fn sessions_close(_: String, _: String) -> R<()> {
-        Err(unsupported::capability("sessions.close"))
+    fn sessions_close(sandbox_id: String, session_id: String) -> R<()> {
+        sessions::close(&sandbox_id, &session_id)
     }
 }
 

@@ -28,9 +28,6 @@ fn reason(method: &str) -> &'static str {
         "network.vpc_attach" | "network.vpc_detach" => {
             "OpenSandbox has no VPC attachment; use ABX_OPENSANDBOX_NETWORK_POLICY for egress rules"
         }
-        "sessions.create" | "sessions.run" | "sessions.close" => {
-            "persistent shell sessions are not offered by this provider; pass cwd and envs to commands.run, or use pty"
-        }
         _ => "not available in OpenSandbox",
     }
 }

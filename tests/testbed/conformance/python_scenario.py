@@ -22,7 +22,7 @@ import httpx
 
 from opensandbox import Sandbox, SandboxManager
 from opensandbox.config import ConnectionConfig
-from opensandbox.exceptions import SandboxApiException
+from opensandbox.exceptions import SandboxApiException, SandboxException
 from opensandbox.models.execd import ExecutionHandlers, RunCommandOpts, _format_output_messages
 from opensandbox.models.filesystem import DirectoryListEntry, MoveEntry, SearchEntry, WriteEntry
 
@@ -104,6 +104,7 @@ async def scenario() -> None:
             ("command argv form (execd >= 1.1)", part_argv),
             ("command timeout", part_timeout),
             ("background command", part_background),
+            ("bash sessions", part_sessions),
             ("files", part_files),
             ("endpoint of a sandbox port", part_port),
             ("pause / resume / connect", part_pause),
@@ -187,6 +188,39 @@ async def part_timeout(ctx: Ctx) -> None:
     ex = await ctx.sandbox.commands.run("sleep 10", opts=RunCommandOpts(timeout=timedelta(seconds=1)))
     check(time.monotonic() - started < 8, "timeout ends the command early")
     check(ex.exit_code != 0 and ex.error is not None, f"timed-out command fails ({ex.exit_code}, {ex.error})")
+
+
+async def part_sessions(ctx: Ctx) -> None:
+    cmds = ctx.sandbox.commands
+    sid = await cmds.create_session(working_directory="/tmp")
+    check(bool(sid), f"create_session returns an id ({sid})")
+    ex = await cmds.run_in_session(sid, "export SESS_VAR=kept; mkdir -p sess-sub; cd sess-sub; echo one; echo two >&2")
+    check(ex.exit_code == 0 and ex.error is None, f"run_in_session exit 0 ({ex.exit_code}, {ex.error})")
+    check(stdout_of(ex) == "one\ntwo", f"session output, stderr merged ({stdout_of(ex)!r})")
+    ex = await cmds.run_in_session(sid, 'echo "$SESS_VAR $(pwd)"; exit 4')
+    check(stdout_of(ex) == "kept /tmp/sess-sub", f"env and cwd carry over ({stdout_of(ex)!r})")
+    check(ex.exit_code == 4 and ex.error is not None and ex.error.value == "4",
+          f"failing session run ({ex.exit_code}, {ex.error})")
+    ex = await cmds.run_in_session(sid, "pwd", working_directory="/")
+    check(stdout_of(ex) == "/", f"working_directory override ({stdout_of(ex)!r})")
+    started = time.monotonic()
+    try:
+        ex = await cmds.run_in_session(sid, "sleep 10", timeout=timedelta(seconds=1))
+        failed = ex.error is not None or ex.exit_code != 0
+    except SandboxException:
+        failed = True
+    check(failed and time.monotonic() - started < 8, "a session run's timeout ends it early")
+    await cmds.delete_session(sid)
+    try:
+        await cmds.delete_session(sid)
+        check(False, "deleting a deleted session fails")
+    except SandboxException:
+        check(True, "deleting a deleted session fails")
+    try:
+        await cmds.run_in_session(sid, "true")
+        check(False, "running in a deleted session fails")
+    except SandboxException:
+        check(True, "running in a deleted session fails")
 
 
 async def part_background(ctx: Ctx) -> None:

@@ -30,7 +30,7 @@ pub async fn run(
         ));
     }
     if !background {
-        return follow_call(ctx, method, params, forward).await;
+        return follow_call(ctx, method, params, forward, Kind::Command).await;
     }
     match codec::invoke(ctx, method, START, params, &OWN).await?.1 {
         Some(Val::String(command_id)) => Ok(json!({"command_id": command_id})),
@@ -41,13 +41,34 @@ pub async fn run(
 }
 
 /// `sessions.run`: a command in a session, as `commands.run` in the foreground.
+/// The stream's id is the session's: it is reported as `session_id` and never
+/// passed to `commands.kill` (execd would close the session); an abandoned run
+/// ends when its connection drops with the provider instance (execd kills it).
 pub async fn session_run(
     ctx: &CallCtx,
     method: &Method,
     mut params: Map<String, Value>,
 ) -> Result<Value, RpcError> {
     let forward = take_flag(method.name, &mut params, "stream")?;
-    follow_call(ctx, method, params, forward).await
+    follow_call(ctx, method, params, forward, Kind::Session).await
+}
+
+/// What the id in a stream's `started` event names.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    /// A command: `command_id`, stopped with `commands.kill` if abandoned.
+    Command,
+    /// A run in a session: `session_id`.
+    Session,
+}
+
+impl Kind {
+    fn id_key(self) -> &'static str {
+        match self {
+            Kind::Command => "command_id",
+            Kind::Session => "session_id",
+        }
+    }
 }
 
 /// Calls a function that answers a command stream, and follows it.
@@ -56,11 +77,12 @@ async fn follow_call(
     method: &Method,
     params: Map<String, Value>,
     forward: bool,
+    kind: Kind,
 ) -> Result<Value, RpcError> {
     let sandbox_id = sandbox_id(&params);
     let (mut inst, ok) = codec::invoke(ctx, method, method.function, params, &OWN).await?;
     let stream = resource(method, ok)?;
-    let result = follow(ctx, &mut inst, stream, &sandbox_id, forward).await;
+    let result = follow(ctx, &mut inst, stream, &sandbox_id, forward, kind).await;
     drop_resource(&mut inst, stream).await;
     result
 }
@@ -102,6 +124,7 @@ async fn follow(
     stream: ResourceAny,
     sandbox_id: &str,
     forward: bool,
+    kind: Kind,
 ) -> Result<Value, RpcError> {
     let mut collected = Collected {
         stdout: String::new(),
@@ -148,18 +171,21 @@ async fn follow(
                     flush(ctx, &mut pending, forward, &mut collected).await;
                     match other {
                         CommandEvent::Started(id) => {
-                            *ctx.started.lock().expect("lock") =
-                                Some((sandbox_id.to_string(), id.clone()));
+                            if kind == Kind::Command {
+                                *ctx.started.lock().expect("lock") =
+                                    Some((sandbox_id.to_string(), id.clone()));
+                            }
                             if forward {
-                                ctx.notify("commands.started", json!({"command_id": id}))
-                                    .await;
+                                let mut started = Map::new();
+                                started.insert(kind.id_key().into(), json!(id));
+                                ctx.notify("commands.started", Value::Object(started)).await;
                             }
                             command_id = Some(id);
                         }
                         CommandEvent::Exited(CommandExit { exit_code, error }) => {
                             ctx.started.lock().expect("lock").take();
-                            let mut result =
-                                json!({"command_id": command_id, "exit_code": exit_code});
+                            let mut result = json!({"exit_code": exit_code});
+                            result[kind.id_key()] = json!(command_id);
                             if let Some(error) = error {
                                 result["error"] = json!(error);
                             }

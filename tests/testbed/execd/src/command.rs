@@ -116,7 +116,7 @@ struct RunCommandRequest {
 }
 
 #[derive(Serialize)]
-struct ErrorOutput {
+pub(crate) struct ErrorOutput {
     ename: String,
     evalue: String,
     traceback: Vec<String>,
@@ -140,7 +140,12 @@ fn is_zero(v: &i64) -> bool {
     *v == 0
 }
 
-fn frame(kind: &str, text: &str, execution_time: i64, error: Option<ErrorOutput>) -> Bytes {
+pub(crate) fn frame(
+    kind: &str,
+    text: &str,
+    execution_time: i64,
+    error: Option<ErrorOutput>,
+) -> Bytes {
     let mut b = h::go_json(&Event {
         kind,
         text,
@@ -152,7 +157,7 @@ fn frame(kind: &str, text: &str, execution_time: i64, error: Option<ErrorOutput>
     Bytes::from(b)
 }
 
-fn error_frame(evalue: String, traceback: String) -> Bytes {
+pub(crate) fn error_frame(evalue: String, traceback: String) -> Bytes {
     frame(
         "error",
         "",
@@ -167,14 +172,14 @@ fn error_frame(evalue: String, traceback: String) -> Bytes {
 
 /// A bare `{code,message}` object appended to an already started stream, without the
 /// `\n\n` terminator: what Gin emits when `RespondError` runs after the first event.
-fn late_error(message: String) -> Bytes {
+pub(crate) fn late_error(message: String) -> Bytes {
     Bytes::from(h::go_json(&h::ErrorBody {
         code: RUNTIME_ERROR,
         message: &message,
     }))
 }
 
-fn sse_response(rx: mpsc::UnboundedReceiver<Bytes>) -> Resp {
+pub(crate) fn sse_response(rx: mpsc::UnboundedReceiver<Bytes>) -> Resp {
     let mut r = h::response(
         StatusCode::OK,
         Some("text/event-stream"),
@@ -205,7 +210,7 @@ fn shell() -> &'static (String, PathBuf) {
 }
 
 /// `KEY=VALUE` lines of the file named by `EXECD_ENVS`; values are `$VAR`-expanded.
-fn envs_from_file() -> HashMap<String, String> {
+pub(crate) fn envs_from_file() -> HashMap<String, String> {
     let mut out = HashMap::new();
     let Some(path) = std::env::var("EXECD_ENVS").ok().filter(|p| !p.is_empty()) else {
         return out;
@@ -231,7 +236,7 @@ fn envs_from_file() -> HashMap<String, String> {
 }
 
 /// Go's `(*ProcessState).String()` and `ExitCode()` for a finished process.
-fn describe(status: ExitStatus) -> (i32, String) {
+pub(crate) fn describe(status: ExitStatus) -> (i32, String) {
     if let Some(code) = status.code() {
         return (code, format!("exit status {code}"));
     }

@@ -11,6 +11,7 @@ mod metrics;
 mod paths;
 mod proxy;
 mod pty;
+mod session;
 mod sys;
 mod upload;
 mod web;
@@ -47,6 +48,7 @@ pub struct State {
     cfg: Config,
     commands: command::Registry,
     ptys: pty::Registry,
+    sessions: Arc<session::Registry>,
 }
 
 struct Args {
@@ -142,6 +144,7 @@ async fn main() {
         },
         commands: command::Registry::default(),
         ptys: pty::Registry::default(),
+        sessions: Arc::default(),
     });
 
     let st = state.clone();
@@ -156,6 +159,7 @@ async fn main() {
         // Take every command and shell down with us.
         st.commands.shutdown();
         st.ptys.shutdown();
+        st.sessions.shutdown();
         std::process::exit(0);
     });
 
@@ -267,8 +271,15 @@ async fn route(st: Arc<State>, req: Request<Incoming>) -> Resp {
         (&Method::GET, ["metrics"]) => metrics::get().await,
         (&Method::GET, ["metrics", "watch"]) => metrics::watch(),
 
-        // Jupyter code contexts and bash sessions exist in real execd but not here.
-        (_, ["code", ..]) | (_, ["session", ..]) => web::error(
+        (&Method::POST, ["session"]) => session::create(&st.sessions, req).await,
+        (&Method::POST, ["session", id, "run"]) => {
+            let id = id.to_string();
+            session::run(st.sessions.clone(), &id, req).await
+        }
+        (&Method::DELETE, ["session", id]) => session::delete(&st.sessions, id),
+
+        // Jupyter code contexts exist in real execd but not here.
+        (_, ["code", ..]) => web::error(
             StatusCode::NOT_IMPLEMENTED,
             "NOT_SUPPORTED",
             "not implemented by execd-standin",
