@@ -163,11 +163,14 @@ fn signal_exit_code(detail: &str) -> Option<i32> {
         .map(|(_, sig)| 128 + sig)
 }
 
-pub struct CommandStream {
-    inner: RefCell<StreamState>,
+/// A foreground command's events: from `/command`'s (or a session run's) SSE, or
+/// from a PTY in pipe mode for a command with stdin (crate::stdin).
+pub enum CommandStream {
+    Sse(RefCell<StreamState>),
+    Pipe(crate::stdin::PipeStream),
 }
 
-struct StreamState {
+pub struct StreamState {
     reader: FrameReader,
     sandbox_id: String,
     target: String,
@@ -377,7 +380,10 @@ impl StreamState {
 
 impl GuestCommandStream for CommandStream {
     fn next(&self) -> Result<Option<Vec<CommandEvent>>> {
-        self.inner.borrow_mut().next_batch()
+        match self {
+            CommandStream::Sse(inner) => inner.borrow_mut().next_batch(),
+            CommandStream::Pipe(pipe) => pipe.next(),
+        }
     }
 }
 
@@ -387,19 +393,17 @@ pub fn run(req: CommandRequest) -> Result<CommandStream> {
     // arrives: count from here, or a slow answer makes a timeout look like a kill.
     let started_ms = monotonic_ms();
     let reader = start(&mut execd, &req, false)?;
-    Ok(CommandStream {
-        inner: RefCell::new(StreamState {
-            reader,
-            sandbox_id: req.sandbox_id.clone(),
-            target: execd.target().to_string(),
-            lines: lines::remembered(&req.sandbox_id),
-            probe_failed: false,
-            finished: false,
-            timeout_ms: req.timeout_ms,
-            started_ms,
-            session: None,
-        }),
-    })
+    Ok(CommandStream::Sse(RefCell::new(StreamState {
+        reader,
+        sandbox_id: req.sandbox_id.clone(),
+        target: execd.target().to_string(),
+        lines: lines::remembered(&req.sandbox_id),
+        probe_failed: false,
+        finished: false,
+        timeout_ms: req.timeout_ms,
+        started_ms,
+        session: None,
+    })))
 }
 
 /// Follows a run in a bash session (`POST /session/{id}/run`).
@@ -411,19 +415,17 @@ pub fn follow_session(
     timeout_ms: Option<u64>,
     started_ms: u64,
 ) -> CommandStream {
-    CommandStream {
-        inner: RefCell::new(StreamState {
-            reader,
-            sandbox_id: sandbox_id.to_string(),
-            target,
-            lines: Lines::Stripped,
-            probe_failed: true,
-            finished: false,
-            timeout_ms,
-            started_ms,
-            session: Some(session_id.to_string()),
-        }),
-    }
+    CommandStream::Sse(RefCell::new(StreamState {
+        reader,
+        sandbox_id: sandbox_id.to_string(),
+        target,
+        lines: Lines::Stripped,
+        probe_failed: true,
+        finished: false,
+        timeout_ms,
+        started_ms,
+        session: Some(session_id.to_string()),
+    }))
 }
 
 /// A background command: `init` then `execution_complete` right away.
@@ -465,6 +467,9 @@ pub fn start_background(req: CommandRequest) -> Result<String> {
 }
 
 pub fn kill(sandbox_id: &str, command_id: &str) -> Result<()> {
+    if let Some(pty_id) = crate::stdin::pty_of(command_id) {
+        return crate::stdin::kill(sandbox_id, pty_id);
+    }
     check_id("command", command_id)?;
     let mut execd = Execd::connect(sandbox_id)?;
     let path = format!("/command?id={}", encode(command_id));
@@ -481,6 +486,17 @@ pub fn kill(sandbox_id: &str, command_id: &str) -> Result<()> {
 }
 
 pub fn status(sandbox_id: &str, command_id: &str) -> Result<CommandStatus> {
+    if let Some(pty_id) = crate::stdin::pty_of(command_id) {
+        // execd keeps no exit code or times for a terminal.
+        return Ok(CommandStatus {
+            command_id: command_id.to_string(),
+            running: crate::stdin::running(sandbox_id, pty_id)?,
+            exit_code: None,
+            error: None,
+            started_at: None,
+            finished_at: None,
+        });
+    }
     check_id("command", command_id)?;
     let mut execd = Execd::connect(sandbox_id)?;
     let path = format!("/command/status/{command_id}");

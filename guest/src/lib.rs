@@ -21,6 +21,7 @@ mod retry;
 mod sandbox;
 mod sessions;
 mod sse;
+mod stdin;
 mod time;
 mod unsupported;
 
@@ -33,7 +34,6 @@ use bindings::exports::abx::epp::infra::{
     CreateRequest, FileInfo, Guest, ListRequest, MountRequest, PortUrl, ProcessInfo, PtyRequest,
     SandboxInfo, TemplateBuildRequest, TemplateInfo, TransferUrl,
 };
-use error::unsupported;
 
 /// Capabilities in EPP/1 order and whether this provider implements them.
 pub const CAPABILITIES: &[(&str, Capabilities, bool)] = &[
@@ -146,6 +146,9 @@ impl Guest for Provider {
     fn commands_run(req: CommandRequest) -> R<infra::CommandStream> {
         commands::run(req).map(infra::CommandStream::new)
     }
+    fn commands_run_stdin(req: CommandRequest) -> R<infra::CommandStream> {
+        stdin::run(req).map(|pipe| infra::CommandStream::new(commands::CommandStream::Pipe(pipe)))
+    }
     fn commands_start(req: CommandRequest) -> R<String> {
         commands::start_background(req)
     }
@@ -169,11 +172,8 @@ impl Guest for Provider {
     fn process_signal(sandbox_id: String, pid: u32, signal: String) -> R<()> {
         process::signal(&sandbox_id, pid, &signal)
     }
-    fn commands_send_input(_: String, _: String, _: Vec<u8>) -> R<()> {
-        Err(unsupported(
-            "commands.send_input",
-            "OpenSandbox's /command API has no stdin; use pty.create for interactive programs",
-        ))
+    fn commands_send_input(sandbox_id: String, command_id: String, data: Vec<u8>) -> R<()> {
+        stdin::send_input(&sandbox_id, &command_id, data)
     }
 
     fn pty_create(req: PtyRequest) -> R<(String, infra::PtyStream)> {

@@ -315,7 +315,7 @@ fn processes(mode: Mode) {
     host.fails(
         "commands.send_input",
         json!({"sandbox_id": id, "command_id": "x", "data": "aGk="}),
-        "E8004",
+        "E4009",
     );
 }
 both_modes!(process_list_and_signal, super::processes);

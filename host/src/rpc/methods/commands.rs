@@ -1,7 +1,8 @@
 //! exec.run and exec.stream: foreground commands are read as a stream of events,
 //! either forwarded as notifications (`stream: true`) or collected. The params
-//! are decoded by the codec like any method's; `background` and `stream` are
-//! this adapter's own.
+//! are decoded by the codec like any method's; `background`, `stream` and
+//! `stdin` (a command whose stdin `commands.send_input` writes) are this
+//! adapter's own.
 
 use super::{CallCtx, Method, codec, drop_resource, guest_res, resource, sandbox_id, take_flag};
 use crate::rpc::errors::{EppCode, RpcError};
@@ -11,9 +12,11 @@ use serde_json::{Map, Value, json};
 use wasmtime::component::{ResourceAny, Val};
 
 /// This adapter's own params (not in WIT).
-const OWN: [&str; 2] = ["background", "stream"];
+const OWN: [&str; 3] = ["background", "stream", "stdin"];
 /// The function behind `commands.run` with `background: true`.
 const START: &str = "commands-start";
+/// The function behind `commands.run` with `stdin: true` (abx:epp 1.1).
+const RUN_STDIN: &str = "commands-run-stdin";
 
 /// `commands.run`: in the foreground (collected or streamed), or in the background.
 pub async fn run(
@@ -23,6 +26,16 @@ pub async fn run(
 ) -> Result<Value, RpcError> {
     let background = take_flag(method.name, &mut params, "background")?;
     let forward = take_flag(method.name, &mut params, "stream")?;
+    let stdin = take_flag(method.name, &mut params, "stdin")?;
+    if stdin && background {
+        return Err(RpcError::invalid_params(
+            method.name,
+            "`stdin` needs a foreground command: leave out `background`",
+        ));
+    }
+    if stdin {
+        return follow_function(ctx, method, RUN_STDIN, params, forward, Kind::Command).await;
+    }
     if background && forward {
         return Err(RpcError::invalid_params(
             method.name,
@@ -79,8 +92,20 @@ async fn follow_call(
     forward: bool,
     kind: Kind,
 ) -> Result<Value, RpcError> {
+    follow_function(ctx, method, method.function, params, forward, kind).await
+}
+
+/// Calls `function` (answering a command stream) with `method`'s params, and follows it.
+async fn follow_function(
+    ctx: &CallCtx,
+    method: &Method,
+    function: &str,
+    params: Map<String, Value>,
+    forward: bool,
+    kind: Kind,
+) -> Result<Value, RpcError> {
     let sandbox_id = sandbox_id(&params);
-    let (mut inst, ok) = codec::invoke(ctx, method, method.function, params, &OWN).await?;
+    let (mut inst, ok) = codec::invoke(ctx, method, function, params, &OWN).await?;
     let stream = resource(method, ok)?;
     let result = follow(ctx, &mut inst, stream, &sandbox_id, forward, kind).await;
     drop_resource(&mut inst, stream).await;

@@ -1,0 +1,293 @@
+//! Commands with stdin (`commands.run` with `stdin: true`): execd's `/command` has no
+//! stdin, so these run through its PTY API in pipe mode (`POST /pty` with the command,
+//! then the WebSocket `/pty/{id}/ws?pty=0`: no terminal, `0x01` stdout and `0x02`
+//! stderr frames, stdin as `0x00` + bytes). The command id is `stdin-<pty id>`, so
+//! `commands.send_input`, `commands.kill` and `commands.status` know where it runs.
+//!
+//! execd has no frame that closes stdin (EOF): a program that reads to the end of its
+//! input never sees it; `commands.send_input` with no data says so (E4009).
+//! execd allows one client per terminal, so only the host process that started the
+//! command can write to it.
+
+use crate::bindings::abx::epp::memo;
+use crate::bindings::abx::epp::websocket::{self, Message};
+use crate::bindings::exports::abx::epp::infra::{CommandEvent, CommandExit, CommandRequest};
+use crate::error::{self, Result, invalid, not_found};
+use crate::execd::Execd;
+use crate::lifecycle::check_id;
+use crate::models::PtyCreated;
+use std::cell::{Cell, RefCell};
+
+const PREFIX: &str = "stdin-";
+
+/// The terminal behind a stdin command's id, if it is one.
+pub fn pty_of(command_id: &str) -> Option<&str> {
+    command_id.strip_prefix(PREFIX)
+}
+
+fn key(sandbox_id: &str, pty_id: &str) -> String {
+    format!("stdin:{sandbox_id}:{pty_id}")
+}
+
+fn killed_key(key: &str) -> String {
+    format!("killed:{key}")
+}
+
+fn shell_quote(value: &str) -> String {
+    format!("'{}'", value.replace('\'', r"'\''"))
+}
+
+pub struct PipeStream {
+    key: String,
+    command_id: String,
+    started: Cell<bool>,
+    exited: Cell<bool>,
+    /// Bytes of a UTF-8 sequence split across frames, per stream (stdout, stderr).
+    partial: RefCell<[Vec<u8>; 2]>,
+}
+
+impl PipeStream {
+    fn text(&self, which: usize, bytes: &[u8]) -> String {
+        let mut partial = self.partial.borrow_mut();
+        let buf = &mut partial[which];
+        buf.extend_from_slice(bytes);
+        let valid = match std::str::from_utf8(buf) {
+            Ok(_) => buf.len(),
+            Err(e) if e.error_len().is_none() => e.valid_up_to(),
+            Err(_) => buf.len(),
+        };
+        let rest = buf.split_off(valid);
+        let text = String::from_utf8_lossy(buf).into_owned();
+        *buf = rest;
+        text
+    }
+
+    fn leftovers(&self, out: &mut Vec<CommandEvent>) {
+        let mut partial = self.partial.borrow_mut();
+        for (i, buf) in partial.iter_mut().enumerate() {
+            if !buf.is_empty() {
+                let text = String::from_utf8_lossy(buf).into_owned();
+                buf.clear();
+                out.push(if i == 0 {
+                    CommandEvent::Stdout(text)
+                } else {
+                    CommandEvent::Stderr(text)
+                });
+            }
+        }
+    }
+
+    pub fn next(&self) -> Result<Option<Vec<CommandEvent>>> {
+        if self.exited.get() {
+            return Ok(None);
+        }
+        if !self.started.replace(true) {
+            return Ok(Some(vec![CommandEvent::Started(self.command_id.clone())]));
+        }
+        loop {
+            let Some(message) = websocket::receive(&self.key)? else {
+                self.exited.set(true);
+                return Err(error::upstream(format!(
+                    "the connection to command {} closed before it exited; check commands.status",
+                    self.command_id
+                )));
+            };
+            match message {
+                Message::Binary(frame) => match frame.first() {
+                    Some(1) | Some(2) | Some(3) if frame.len() > 1 => {
+                        let (which, data) = match frame[0] {
+                            1 => (0, &frame[1..]),
+                            2 => (1, &frame[1..]),
+                            _ if frame.len() > 9 => (0, &frame[9..]),
+                            _ => continue,
+                        };
+                        let text = self.text(which, data);
+                        if text.is_empty() {
+                            continue;
+                        }
+                        return Ok(Some(vec![if which == 0 {
+                            CommandEvent::Stdout(text)
+                        } else {
+                            CommandEvent::Stderr(text)
+                        }]));
+                    }
+                    _ => continue,
+                },
+                Message::Text(text) => {
+                    let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+                        continue;
+                    };
+                    match v.get("type").and_then(|t| t.as_str()) {
+                        Some("exit") => {
+                            self.exited.set(true);
+                            let code = v.get("exit_code").and_then(|c| c.as_i64()).unwrap_or(-1);
+                            let killed = memo::get(&killed_key(&self.key)).is_some();
+                            let (exit_code, error) = match code {
+                                -1 if killed => (137, Some("signal: killed".to_string())),
+                                -1 => (-1, Some("killed by a signal".to_string())),
+                                c => (i32::try_from(c).unwrap_or(-1), None),
+                            };
+                            let mut out = Vec::new();
+                            self.leftovers(&mut out);
+                            out.push(CommandEvent::Exited(CommandExit { exit_code, error }));
+                            websocket::close(&self.key, 1000, "done");
+                            return Ok(Some(out));
+                        }
+                        Some("error") => {
+                            self.exited.set(true);
+                            let code = v.get("code").and_then(|c| c.as_str()).unwrap_or("ERROR");
+                            let msg = v
+                                .get("error")
+                                .or(v.get("message"))
+                                .and_then(|m| m.as_str())
+                                .unwrap_or("");
+                            return Err(error::upstream(format!(
+                                "command {} failed: {code}: {msg}",
+                                self.command_id
+                            )));
+                        }
+                        _ => continue,
+                    }
+                }
+                Message::Close((code, reason)) => {
+                    self.exited.set(true);
+                    return Err(error::upstream(format!(
+                        "the connection to command {} closed ({code} {reason}) before it exited",
+                        self.command_id
+                    )));
+                }
+            }
+        }
+    }
+}
+
+impl Drop for PipeStream {
+    fn drop(&mut self) {
+        websocket::close(&self.key, 1000, "detached");
+    }
+}
+
+pub fn run(req: CommandRequest) -> Result<PipeStream> {
+    if req.cmd.trim().is_empty() {
+        return Err(invalid("`cmd` is empty; give a shell command line"));
+    }
+    if req.timeout_ms.is_some() {
+        return Err(invalid(
+            "`timeout` is not available with `stdin: true` (execd's pipe mode has none); \
+             stop the command with commands.kill or epp.cancel",
+        ));
+    }
+    let mut command = String::new();
+    for (k, v) in &req.envs {
+        if k.is_empty()
+            || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            || k.as_bytes()[0].is_ascii_digit()
+        {
+            return Err(invalid(format!(
+                "`{k}` is not a valid environment variable name"
+            )));
+        }
+        command.push_str(&format!("export {k}={}; ", shell_quote(v)));
+    }
+    command.push_str(&req.cmd);
+    let mut execd = Execd::connect(&req.sandbox_id)?;
+    let mut body = serde_json::Map::new();
+    if let Some(cwd) = &req.cwd {
+        body.insert("cwd".into(), cwd.clone().into());
+    }
+    body.insert("command".into(), command.into());
+    let body = serde_json::Value::Object(body).to_string();
+    let resp = execd.send(
+        |e| {
+            Ok(e.request("POST", "/pty")?
+                .header("content-type", "application/json"))
+        },
+        body.as_bytes(),
+    )?;
+    if resp.status != 201 {
+        let status = resp.status;
+        let text = resp.read_all(64 * 1024).unwrap_or_default();
+        return Err(error::status(status, &text, execd.target(), "the command"));
+    }
+    let created: PtyCreated = execd.json(resp, "the command")?;
+    let pty_id = created.session_id;
+    check_id("command", &pty_id)?;
+    let key = key(&req.sandbox_id, &pty_id);
+    websocket::connect(
+        &key,
+        &execd.ws_url(&format!("/pty/{pty_id}/ws?pty=0")),
+        execd.headers(),
+    )?;
+    Ok(PipeStream {
+        key,
+        command_id: format!("{PREFIX}{pty_id}"),
+        started: Cell::new(false),
+        exited: Cell::new(false),
+        partial: RefCell::new([Vec::new(), Vec::new()]),
+    })
+}
+
+pub fn send_input(sandbox_id: &str, command_id: &str, data: Vec<u8>) -> Result<()> {
+    let Some(pty_id) = pty_of(command_id) else {
+        check_id("command", command_id)?;
+        return Err(error::conflict(format!(
+            "command {command_id} was not started with stdin: run it with commands.run \
+             {{\"stdin\": true, \"stream\": true}} to write to it"
+        )));
+    };
+    check_id("command", pty_id)?;
+    if data.is_empty() {
+        return Err(error::conflict(
+            "execd cannot close a command's stdin (its pipe mode has no end-of-input frame); \
+             send the input the program expects, or stop it with commands.kill",
+        ));
+    }
+    let key = key(sandbox_id, pty_id);
+    if !websocket::is_open(&key) {
+        return Err(not_found(format!(
+            "command {command_id} of sandbox {sandbox_id} is not running in this host process \
+             (it exited, or another process started it: only that one can write to it)"
+        )));
+    }
+    let mut frame = Vec::with_capacity(data.len() + 1);
+    frame.push(0);
+    frame.extend_from_slice(&data);
+    websocket::send(&key, &Message::Binary(frame))
+}
+
+pub fn kill(sandbox_id: &str, pty_id: &str) -> Result<()> {
+    check_id("command", pty_id)?;
+    let mut execd = Execd::connect(sandbox_id)?;
+    let killed = killed_key(&key(sandbox_id, pty_id));
+    memo::put(&killed, "9", 60_000);
+    let resp = execd.send(|e| e.request("DELETE", &format!("/pty/{pty_id}")), &[])?;
+    if resp.status == 404 {
+        memo::forget(&killed);
+        return Err(not_found(format!(
+            "command {PREFIX}{pty_id} is not known in sandbox {sandbox_id}"
+        )));
+    }
+    execd
+        .check(resp, &format!("command {PREFIX}{pty_id}"))
+        .map(drop)
+}
+
+#[derive(serde::Deserialize)]
+struct PtyStatus {
+    running: bool,
+}
+
+/// execd keeps no exit code for a terminal: `running` only.
+pub fn running(sandbox_id: &str, pty_id: &str) -> Result<bool> {
+    check_id("command", pty_id)?;
+    let mut execd = Execd::connect(sandbox_id)?;
+    let resp = execd.send(|e| e.request("GET", &format!("/pty/{pty_id}")), &[])?;
+    if resp.status == 404 {
+        return Err(not_found(format!(
+            "command {PREFIX}{pty_id} is not known in sandbox {sandbox_id}"
+        )));
+    }
+    let subject = format!("command {PREFIX}{pty_id}");
+    let s: PtyStatus = execd.json(execd.check(resp, &subject)?, &subject)?;
+    Ok(s.running)
+}
