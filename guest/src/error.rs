@@ -77,6 +77,49 @@ pub fn transport(t: Transport, target: &str) -> EppError {
     }
 }
 
+/// The host's network policy refused a sandbox's endpoint (`url`, as the
+/// server handed it out). The message names the endpoint's host and the exact
+/// setting that allows it, so the first error is enough to fix the setup.
+pub fn endpoint_denied(sandbox_id: &str, url: &str) -> EppError {
+    let settings = config::settings().ok();
+    let server = settings.map(|s| s.origin.to_string());
+    let proxy = settings.is_some_and(|s| s.use_server_proxy);
+    err(
+        ErrorCode::DeniedByPolicy,
+        endpoint_denied_message(sandbox_id, url, server.as_deref(), proxy),
+    )
+}
+
+fn endpoint_denied_message(
+    sandbox_id: &str,
+    url: &str,
+    server: Option<&str>,
+    use_server_proxy: bool,
+) -> String {
+    let authority = crate::http::Url::parse(url)
+        .map(|u| u.authority)
+        .unwrap_or_else(|_| url.to_string());
+    // What an allow-list entry takes: the host alone (an IPv6 address bare).
+    let host = opensandbox_settings::split_host_port(&authority, 80)
+        .map(|(host, _)| host)
+        .unwrap_or_else(|| authority.clone());
+    let server = server.map(|s| format!(" ({s})")).unwrap_or_default();
+    // Through the server's proxy, pod addresses need no grant at all.
+    let proxy = if use_server_proxy {
+        ""
+    } else {
+        " or set ABX_OPENSANDBOX_USE_SERVER_PROXY=true to reach sandboxes through the server"
+    };
+    format!(
+        "epp-host's network policy refused sandbox {sandbox_id}'s endpoint {authority}: the \
+         server hands out its sandbox endpoints on `{host}`, which is not the server's own \
+         host{server}. If you trust it, set ABX_OPENSANDBOX_ALLOW_HOSTS={host} for epp-host (add \
+         it to the comma-separated list if the variable is already set, or pass --allow-host \
+         {host}); when every sandbox gets an address of its own (Kubernetes pod IPs), list their \
+         network instead (e.g. 10.0.0.0/8){proxy}"
+    )
+}
+
 /// A failure while reading an answer whose head already arrived.
 pub fn broken_body(t: Transport, target: &str) -> EppError {
     match t {
@@ -231,6 +274,30 @@ pub fn status(status: u16, body: &[u8], target: &str, subject: &str) -> EppError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_endpoint_names_the_exact_allow_entry() {
+        let m = endpoint_denied_message(
+            "sb-1",
+            "http://127.0.0.2:40123/proxy/44772",
+            Some("http://127.0.0.1:8080"),
+            false,
+        );
+        assert!(m.contains("sandbox sb-1's endpoint 127.0.0.2:40123"), "{m}");
+        assert!(m.contains("ABX_OPENSANDBOX_ALLOW_HOSTS=127.0.0.2 "), "{m}");
+        assert!(m.contains("--allow-host 127.0.0.2)"), "{m}");
+        assert!(m.contains("(http://127.0.0.1:8080)"), "{m}");
+        assert!(m.contains("ABX_OPENSANDBOX_USE_SERVER_PROXY=true"), "{m}");
+        // IPv6 endpoints: the entry is the bare address; a name is lower-cased.
+        let m = endpoint_denied_message("sb-2", "http://[FD00::5]:44772", None, true);
+        assert!(m.contains("ABX_OPENSANDBOX_ALLOW_HOSTS=fd00::5 "), "{m}");
+        assert!(!m.contains("USE_SERVER_PROXY"), "{m}");
+        let m = endpoint_denied_message("sb-3", "https://Sandbox.Example.COM/x", None, false);
+        assert!(
+            m.contains("ABX_OPENSANDBOX_ALLOW_HOSTS=sandbox.example.com "),
+            "{m}"
+        );
+    }
 
     #[test]
     fn error_bodies() {

@@ -3,6 +3,7 @@
 //! host-wide for a while; the endpoint's headers go on every request.
 
 use crate::bindings::abx::epp::memo;
+use crate::bindings::abx::epp::types::EppError;
 use crate::config;
 use crate::error::{self, Result};
 use crate::http::{Request, Response, Transport, Url};
@@ -93,6 +94,15 @@ impl Execd {
         })
     }
 
+    /// The error for a request to this execd that never got an answer: a
+    /// refusal by the host's policy names the endpoint's host and what allows it.
+    pub fn transport(&self, t: Transport) -> EppError {
+        match t {
+            Transport::Denied => error::endpoint_denied(&self.sandbox_id, &self.base),
+            t => error::transport(t, &self.target),
+        }
+    }
+
     /// Drops the memoised endpoint (after pause, resume, kill or a failure).
     pub fn forget(sandbox_id: &str) {
         if let Ok(key) = memo_key(sandbox_id) {
@@ -146,7 +156,7 @@ impl Execd {
                 }
             }
             if !retry.again(&outcome) {
-                return outcome.map_err(|t| error::transport(t, &self.target));
+                return outcome.map_err(|t| self.transport(t));
             }
         }
     }
@@ -207,7 +217,7 @@ impl Execd {
                 ))
             }
             Ok(_) => Ok(false),
-            Err(Transport::Denied) => Err(error::transport(Transport::Denied, &self.target)),
+            Err(Transport::Denied) => Err(self.transport(Transport::Denied)),
             Err(_) => Ok(false),
         }
     }

@@ -449,12 +449,8 @@ pub fn write(sandbox_id: &str, path: &str, size: u64, mode: Option<u32>) -> Resu
         )
         .header("content-length", total.to_string())
         .timeouts(TRANSFER);
-    let mut upload = req
-        .start()
-        .map_err(|t| error::transport(t, execd.target()))?;
-    upload
-        .write(&preamble)
-        .map_err(|t| error::transport(t, execd.target()))?;
+    let mut upload = req.start().map_err(|t| execd.transport(t))?;
+    upload.write(&preamble).map_err(|t| execd.transport(t))?;
     Ok(FileWriter {
         inner: RefCell::new(Some(WriterState {
             upload,

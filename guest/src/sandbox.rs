@@ -220,8 +220,10 @@ pub fn create(req: CreateRequest) -> Result<SandboxInfo> {
                 budget / 1000
             )));
         }
-        Err(e) => {
-            let _ = lifecycle.delete(&id);
+        Err(mut e) => {
+            if lifecycle.delete(&id).is_ok() {
+                e.message = format!("{} (sandbox.create deleted sandbox {id})", e.message);
+            }
             return Err(e);
         }
     }

@@ -5,7 +5,9 @@
 //! The rule (docs/architecture.md has the reasoning):
 //! - the provider's origin (scheme, host, port) is allowed; with
 //!   `origin-host-any-port`, so is any port on the origin's host (a backend that
-//!   hands out endpoints on its own host, such as published container ports);
+//!   hands out endpoints on its own host, such as published container ports).
+//!   The loopback interface is one host under its usual names: `localhost`,
+//!   `127.0.0.1` and `::1` ([`same_host`]);
 //! - each declared secret header is added here, so the guest never holds it,
 //!   to requests in its scope only (the origin, or any port on its host), and
 //!   stripped from whatever the guest sends;
@@ -24,7 +26,7 @@ use super::grant::{Grant, redacted};
 use crate::runtime::bindings::abx::epp::types::HeaderScope;
 use http::{HeaderName, HeaderValue};
 use std::fmt;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// A destination after normalisation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -188,6 +190,27 @@ pub fn is_sensitive_ip(ip: IpAddr) -> bool {
     }
 }
 
+/// Whether `host` (normalised) names this machine's loopback interface the
+/// usual way: `localhost` (which resolves to 127.0.0.1 and ::1), `127.0.0.1`,
+/// `::1` (or `::ffff:127.0.0.1`).
+fn is_local_host(host: &str) -> bool {
+    host == "localhost"
+        || host.parse::<IpAddr>().is_ok_and(|ip| {
+            canonical(ip) == IpAddr::V4(Ipv4Addr::LOCALHOST)
+                || ip == IpAddr::V6(Ipv6Addr::LOCALHOST)
+        })
+}
+
+/// Whether two normalised host names are the same host for the origin-host
+/// rule: equal, or both the loopback interface under its usual names. A server
+/// configured as `localhost` hands out endpoints on `127.0.0.1` (and the other
+/// way round); that is still the server's host. Other `127.x.y.z` addresses
+/// are hosts of their own: a machine uses them to run services that stand for
+/// separate hosts, and a service bound to one is not reachable on another.
+pub fn same_host(a: &str, b: &str) -> bool {
+    a == b || (is_local_host(a) && is_local_host(b))
+}
+
 /// Host names of cloud metadata services.
 fn is_metadata_name(host: &str) -> bool {
     matches!(
@@ -293,7 +316,12 @@ impl NetPolicy {
             .patterns
             .iter()
             .any(|p| p.is_exact() && p.matches(dest, ip));
-        let same_host = self.origin.as_ref().is_some_and(|o| o.host == dest.host);
+        let same_host = self
+            .origin
+            .as_ref()
+            .is_some_and(|o| same_host(&o.host, &dest.host));
+        // The origin itself is exactly what the operator configured: secrets
+        // scoped to it go nowhere else, not even to another loopback name.
         let is_origin = self.origin.as_ref() == Some(dest);
         let listed = self.patterns.iter().any(|p| p.matches(dest, ip));
         // The origin host itself counts as explicitly configured.

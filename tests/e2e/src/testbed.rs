@@ -90,15 +90,23 @@ pub struct PrivateTestbed {
     pub api_key: String,
     port: u16,
     state: tempfile::TempDir,
+    /// The `testbed start` options it was started with.
+    options: Vec<String>,
     child: Option<Child>,
 }
 
 impl PrivateTestbed {
     /// Starts one on a free port, with its own state folder and API key.
     pub fn start() -> PrivateTestbed {
+        Self::start_with(&[])
+    }
+
+    /// As `start`, with more `testbed start` options (e.g. `--eip 127.0.0.2`).
+    pub fn start_with(options: &[&str]) -> PrivateTestbed {
         let state = tempfile::tempdir().expect("testbed state dir");
         let api_key = format!("KEY-{}-SECRET", crate::secrets::token());
-        let (child, url) = Self::launch(0, &api_key, state.path());
+        let options: Vec<String> = options.iter().map(|s| s.to_string()).collect();
+        let (child, url) = Self::launch(0, &api_key, state.path(), &options);
         let port = url
             .rsplit(':')
             .next()
@@ -109,14 +117,20 @@ impl PrivateTestbed {
             api_key,
             port,
             state,
+            options,
             child: Some(child),
         }
     }
 
-    fn launch(port: u16, api_key: &str, state: &std::path::Path) -> (Child, String) {
+    fn launch(
+        port: u16,
+        api_key: &str,
+        state: &std::path::Path,
+        options: &[String],
+    ) -> (Child, String) {
         let state = state.join("testbed");
         let port = port.to_string();
-        let args = [
+        let mut args = vec![
             "--port",
             &port,
             "--api-key",
@@ -124,6 +138,7 @@ impl PrivateTestbed {
             "--state-dir",
             state.to_str().expect("UTF-8 temp dir"),
         ];
+        args.extend(options.iter().map(String::as_str));
         let (mut child, ready) = launch(&args, false, |_| {});
         match ready {
             Ok(url) => (child, url),
@@ -144,7 +159,7 @@ impl PrivateTestbed {
     /// Stops it and starts it again on the same port and state folder.
     pub fn restart(&mut self) {
         self.stop();
-        let (child, url) = Self::launch(self.port, &self.api_key, self.state.path());
+        let (child, url) = Self::launch(self.port, &self.api_key, self.state.path(), &self.options);
         assert_eq!(url, self.url, "the restarted testbed moved");
         self.child = Some(child);
     }

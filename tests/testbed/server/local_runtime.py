@@ -18,8 +18,10 @@ import http.client
 import logging
 import math
 import os
+import ipaddress
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import threading
@@ -158,6 +160,84 @@ def _rmtree(path: Path) -> None:
     shutil.rmtree(path, onerror=_onerror)
 
 
+class _Relay:
+    """Publishes a sandbox's execd port on a second loopback address.
+
+    Docker publishes container ports on ``[docker].publish_host``, by default
+    0.0.0.0: every address of the machine. The stand-in listens on 127.0.0.1
+    only (nothing else may reach a sandbox without isolation), so when
+    ``server.eip`` names another loopback address (``testbed start --eip``), the
+    same port is relayed from there, byte for byte, for as long as the sandbox lives.
+    """
+
+    def __init__(self, address: str, port: int):
+        self.address = address
+        self._listener = socket.create_server((address, port))
+        self._listener.settimeout(0.2)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._conns: set[socket.socket] = set()
+        self._port = port
+        threading.Thread(target=self._accept, name=f"relay-{address}:{port}", daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self._port), timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            client.settimeout(None)
+            with self._lock:
+                if self._stop.is_set():
+                    client.close()
+                    upstream.close()
+                    return
+                self._conns.update((client, upstream))
+            threading.Thread(target=self._serve, args=(client, upstream), daemon=True).start()
+
+    def _serve(self, client: socket.socket, upstream: socket.socket) -> None:
+        back = threading.Thread(target=self._pump, args=(upstream, client), daemon=True)
+        back.start()
+        self._pump(client, upstream)
+        back.join()
+        with self._lock:
+            self._conns.difference_update((client, upstream))
+        client.close()
+        upstream.close()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+            dst.shutdown(socket.SHUT_WR)  # pass the end of one direction on
+        except OSError:
+            for s in (src, dst):  # a reset on one side resets the other
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._stop.set()
+        self._listener.close()
+        with self._lock:
+            conns, self._conns = self._conns, set()
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
+
+
 @dataclass
 class _Box:
     id: str
@@ -172,6 +252,7 @@ class _Box:
     execd: Optional[subprocess.Popen] = None
     main: Optional[subprocess.Popen] = None
     execd_port: Optional[int] = None
+    relay: Optional[_Relay] = None
     ready: bool = False
     paused: bool = False
     deleting: bool = False
@@ -482,6 +563,7 @@ class LocalProcessSandboxService(DockerDiagnosticsMixin, SandboxService, Extensi
             if box.execd_port is None:
                 box.execd_port = self._read_port_file(box)
             if box.execd_port is not None and self._ping(box.execd_port):
+                self._publish(box)
                 with self._lock:
                     if box.exit_code is None:
                         box.ready = True
@@ -492,6 +574,26 @@ class LocalProcessSandboxService(DockerDiagnosticsMixin, SandboxService, Extensi
                     box, f"execd stand-in did not answer /ping within {self._settings.execd_ready_timeout:.0f}s"
                 )
             time.sleep(0.02)
+
+    def _eip_relay_address(self) -> Optional[str]:
+        """``server.eip`` when it is a loopback address other than 127.0.0.1."""
+        eip = (self.app_config.server.eip or "").strip()
+        try:
+            address = ipaddress.IPv4Address(eip)
+        except ValueError:
+            return None
+        return eip if address.is_loopback and eip != "127.0.0.1" else None
+
+    def _publish(self, box: _Box) -> None:
+        """execd's port on the eip too, as Docker publishes it on every address."""
+        address = self._eip_relay_address()
+        if address is None or box.relay is not None:
+            return
+        try:
+            box.relay = _Relay(address, box.execd_port)
+        except OSError as exc:
+            raise self._execd_failure(box, f"cannot publish execd on {address}:{box.execd_port}: {exc}")
+        box.event(f"publish execd on {address}:{box.execd_port}")
 
     def _execd_failure(self, box: _Box, message: str) -> HTTPException:
         tail = self._log_tail(box)
@@ -520,6 +622,8 @@ class LocalProcessSandboxService(DockerDiagnosticsMixin, SandboxService, Extensi
                 pass
 
     def _kill_processes(self, box: _Box) -> None:
+        if box.relay is not None:
+            box.relay.close()
         self._signal_groups(box, signal.SIGKILL)
         procscan.kill_all(SANDBOX_MARKER, box.id)
         for proc in (box.execd, box.main):

@@ -33,7 +33,7 @@ def _toml_str(value: str) -> str:
 
 
 def write_config(path: Path, *, host: str, port: int, api_key: str | None, state_dir: Path,
-                 log_level: str, resolve_internal: bool = True) -> None:
+                 log_level: str, resolve_internal: bool = True, eip: str | None = None) -> None:
     lines = [
         "# Written by tests/testbed/server/run_server.py; regenerated at every start.",
         "[server]",
@@ -41,6 +41,9 @@ def write_config(path: Path, *, host: str, port: int, api_key: str | None, state
         f"port = {port}",
         "max_sandbox_timeout_seconds = 86400",
     ]
+    if eip:
+        # The host of every endpoint the server hands out (Docker: the public address).
+        lines.append(f"eip = {_toml_str(eip)}")
     if api_key:
         lines.append(f"api_key = {_toml_str(api_key)}")
     lines += [
@@ -128,6 +131,8 @@ def main() -> int:
     key.add_argument("--no-api-key", action="store_true")
     parser.add_argument("--log-level", default=os.environ.get("TESTBED_LOG_LEVEL", "INFO"))
     parser.add_argument("--execd-ready-timeout", type=float, default=30.0)
+    parser.add_argument("--eip", help="[server] eip: the host of the endpoints the server hands out "
+                        "(a loopback address other than --host: execd's port is published there too)")
     parser.add_argument("--proxy-resolve-internal", choices=["true", "false"], default="true",
                         help="[proxy] resolve_internal of the server config (default true, as Docker's)")
     args = parser.parse_args()
@@ -151,7 +156,7 @@ def main() -> int:
     config_path = state_dir / "server.toml"
     write_config(config_path, host=args.host, port=args.port, api_key=args.api_key,
                  state_dir=state_dir, log_level=args.log_level,
-                 resolve_internal=args.proxy_resolve_internal == "true")
+                 resolve_internal=args.proxy_resolve_internal == "true", eip=args.eip)
     os.environ["SANDBOX_CONFIG_PATH"] = str(config_path)
     # The server reads its key from this variable over the config file: the flag decides.
     os.environ.pop("OPENSANDBOX_SERVER_API_KEY", None)

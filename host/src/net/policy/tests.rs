@@ -146,9 +146,9 @@ fn other_hosts_are_denied_with_the_setting_named() {
     let p = policy("http://127.0.0.1:8080", &[], None);
     for (scheme, authority) in [
         ("http", "127.0.0.2:8080"),
-        ("http", "localhost:8080"),
+        ("http", "127.1.0.1:44772"),
         ("https", "example.com"),
-        ("http", "[::1]:8080"),
+        ("http", "localhost.example.com:8080"),
         ("http", "10.0.0.5:44772"),
     ] {
         let err = p.check(&dest(scheme, authority)).unwrap_err();
@@ -162,6 +162,66 @@ fn other_hosts_are_denied_with_the_setting_named() {
             "{authority}: {err}"
         );
     }
+}
+
+#[test]
+fn loopback_names_are_one_host_for_the_origin_host_rule() {
+    // A server configured as `localhost` hands out endpoints on 127.0.0.1, one
+    // configured as 127.0.0.1 may be named `localhost` or `::1`: the same host.
+    for origin in [
+        "http://localhost:8080",
+        "http://127.0.0.1:8080",
+        "http://[::1]:8080",
+        "http://LOCALHOST.:8080",
+        "http://[::ffff:127.0.0.1]:8080",
+    ] {
+        for port_key in [HeaderScope::Origin, HeaderScope::OriginHost] {
+            let p = NetPolicy::new(&grant(origin, &[], Some("k-1"), port_key)).unwrap();
+            for authority in [
+                "localhost:40123",
+                "127.0.0.1:40123",
+                "[::1]:40123",
+                "localhost:8080",
+            ] {
+                let allowed = p
+                    .check(&dest("http", authority))
+                    .unwrap_or_else(|e| panic!("{origin} -> {authority}: {e}"));
+                // Origin-scoped secrets go to the origin exactly as configured;
+                // origin-host-scoped ones to any port on the (loopback) host.
+                let exact = parse_origin_url(origin).unwrap() == dest("http", authority);
+                let expect_key = exact || port_key == HeaderScope::OriginHost;
+                assert_eq!(
+                    allowed.inject.len(),
+                    usize::from(expect_key),
+                    "{origin} -> {authority} ({port_key:?})"
+                );
+            }
+            // Other loopback addresses are hosts of their own.
+            for authority in ["127.0.0.2:40123", "127.0.1.1:8080", "[::2]:8080"] {
+                let err = p.check(&dest("http", authority)).unwrap_err();
+                assert!(err.0.contains(ALLOW_VAR), "{origin} -> {authority}: {err}");
+            }
+        }
+    }
+    // Without `origin-host-any-port` only the origin itself is allowed, under
+    // the name it was configured with.
+    let mut g = grant("http://localhost:8080", &[], Some("k"), HeaderScope::Origin);
+    g.origin_host_any_port = false;
+    let p = NetPolicy::new(&g).unwrap();
+    assert_eq!(
+        p.check(&dest("http", "localhost:8080"))
+            .unwrap()
+            .inject
+            .len(),
+        1
+    );
+    assert!(p.check(&dest("http", "127.0.0.1:8080")).is_err());
+    // A non-loopback origin has no loopback aliases.
+    let p = policy("http://10.0.0.5:8080", &[], None);
+    assert!(p.check(&dest("http", "10.0.0.5:44772")).is_ok());
+    assert!(p.check(&dest("http", "127.0.0.1:44772")).is_err());
+    assert!(p.check(&dest("http", "localhost:8080")).is_err());
+    assert!(same_host("localhost", "::1") && !same_host("localhost", "127.0.0.2"));
 }
 
 #[test]
