@@ -24,6 +24,7 @@ mod sse;
 mod stdin;
 mod time;
 mod unsupported;
+mod watch;
 
 use bindings::abx::epp::types::{
     Capabilities, Capability, EppError, HeaderScope, ProviderInfo, ProviderNeeds, SecretHeader,
@@ -46,7 +47,7 @@ pub const CAPABILITIES: &[(&str, Capabilities, bool)] = &[
     ("pty", Capabilities::PTY, true),
     ("files.rw", Capabilities::FILES_RW, true),
     ("ports.url", Capabilities::PORTS_URL, true),
-    ("files.watch", Capabilities::FILES_WATCH, false),
+    ("files.watch", Capabilities::FILES_WATCH, true),
     ("files.transfer", Capabilities::FILES_TRANSFER, false),
     ("code.interpret", Capabilities::CODE_INTERPRET, false),
     ("templates.read", Capabilities::TEMPLATES_READ, false),
@@ -66,7 +67,7 @@ impl Guest for Provider {
     type PtyStream = pty::PtyStream;
     type FileReader = files::FileReader;
     type FileWriter = files::FileWriter;
-    type WatchStream = unsupported::WatchStream;
+    type WatchStream = watch::WatchStream;
 
     fn describe() -> ProviderInfo {
         ProviderInfo {
@@ -230,8 +231,8 @@ impl Guest for Provider {
         ports::url(&sandbox_id, port)
     }
 
-    fn files_watch(_: String, _: String, _: bool) -> R<infra::WatchStream> {
-        Err(unsupported::capability("files.watch"))
+    fn files_watch(sandbox_id: String, path: String, recursive: bool) -> R<infra::WatchStream> {
+        watch::watch(&sandbox_id, &path, recursive).map(infra::WatchStream::new)
     }
     fn files_upload_url(_: String, _: String) -> R<TransferUrl> {
         Err(unsupported::capability("files.upload_url"))

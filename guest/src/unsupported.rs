@@ -2,13 +2,11 @@
 //! any I/O, saying what to use instead.
 
 use crate::bindings::abx::epp::types::EppError;
-use crate::bindings::exports::abx::epp::infra::{FileEvent, GuestWatchStream};
 use crate::error::unsupported;
 
 /// Why each unsupported method is missing, and what to use instead.
 fn reason(method: &str) -> &'static str {
     match method {
-        "files.watch" => "execd has no file-change events; poll files.list or files.get_info",
         "files.upload_url" | "files.download_url" => {
             "OpenSandbox has no pre-signed transfer URLs; use files.write and files.read"
         }
@@ -34,13 +32,4 @@ fn reason(method: &str) -> &'static str {
 
 pub fn capability(method: &str) -> EppError {
     unsupported(method, reason(method))
-}
-
-/// Never constructed: `files.watch` is unsupported.
-pub struct WatchStream;
-
-impl GuestWatchStream for WatchStream {
-    fn next(&self) -> Result<Option<FileEvent>, EppError> {
-        Err(capability("files.watch"))
-    }
 }
