@@ -237,7 +237,7 @@ fe80::1 ll6.sandboxes.test
     for url in [
         "http://loop.test:8080/",
         "http://exact.test/",
-        "http://localhost:9/",
+        "http://ip6-localhost:9/",
     ] {
         let resp = fetch(&mut host, url);
         assert_eq!(
@@ -246,5 +246,9 @@ fe80::1 ll6.sandboxes.test
             "{url}: {resp}"
         );
     }
+    // `localhost` is the origin's host (127.0.0.1), any port: the request goes
+    // out and finds nothing listening.
+    let resp = fetch(&mut host, "http://localhost:10/");
+    assert_ne!(meta(&resp, "error"), Some("HTTP-request-denied"), "{resp}");
     still_serving(&mut host);
 }
