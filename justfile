@@ -16,7 +16,7 @@ build:
 
 # Everything CI checks: format, lints, unit tests, end-to-end tests, SDK conformance, the release in jco.
 test: build lint release
-    cargo test -p opensandbox-settings -p opensandbox-provider -p epp-client -p epp-host -p execd-standin
+    cargo test -p epp-authority -p opensandbox-settings -p opensandbox-provider -p epp-client -p epp-host -p execd-standin
     scripts/e2e
     tests/testbed/testbed check
     tests/jco/run
@@ -24,7 +24,7 @@ test: build lint release
 # Formatting and clippy, warnings are errors.
 lint:
     cargo fmt --all --check
-    cargo clippy -p opensandbox-settings -p epp-client -p epp-host -p execd-standin -p epp-e2e --all-targets -- -D warnings
+    cargo clippy -p epp-authority -p opensandbox-settings -p epp-client -p epp-host -p execd-standin -p epp-e2e --all-targets -- -D warnings
     cargo clippy -p opensandbox-provider -p epp-probe-provider -p epp-minibox-provider --target wasm32-wasip2 -- -D warnings
 
 # The real opensandbox-server on 127.0.0.1:8080 (foreground; Ctrl-C stops everything).

@@ -2,6 +2,7 @@
 //! says what a good value looks like.
 
 use crate::{DEFAULT_BASE_URL, Env, SettingError, first_set, spec};
+pub use epp_authority::split_host_port;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -234,36 +235,4 @@ impl Origin {
     pub fn api_base(&self) -> String {
         format!("{self}/v1")
     }
-}
-
-fn parse_port(port: Option<&str>, default_port: u16) -> Option<u16> {
-    match port {
-        Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0),
-        None => Some(default_port),
-    }
-}
-
-/// Splits `host[:port]` (IPv6 in brackets), lower-cases the host and drops a trailing dot.
-pub fn split_host_port(authority: &str, default_port: u16) -> Option<(String, u16)> {
-    if let Some(rest) = authority.strip_prefix('[') {
-        let (host, after) = rest.split_once(']')?;
-        let port = match after {
-            "" => None,
-            p => Some(p.strip_prefix(':')?),
-        };
-        // Canonical text, so `[0:0::1]` and `[::1]` are the same host.
-        let canonical = host.parse::<std::net::Ipv6Addr>().ok()?.to_string();
-        return Some((canonical, parse_port(port, default_port)?));
-    }
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) => (h, Some(p)),
-        None => (authority, None),
-    };
-    let port = parse_port(port, default_port)?;
-    let host = host.trim_end_matches('.').to_ascii_lowercase();
-    let valid = !host.is_empty()
-        && host
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
-    valid.then_some((host, port))
 }
