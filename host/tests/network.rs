@@ -243,17 +243,17 @@ fn denied_destinations_are_refused_before_any_connection() {
         // Another host, even on loopback, by address or by name.
         format!("http://127.0.0.2:{p}/other-host"),
         format!("https://127.0.0.2:{p}/other-host-tls"),
-        format!("http://localhost:{o}/by-name"),
+        format!("http://ip6-localhost:{o}/by-name"),
         format!("http://[::ffff:127.0.0.2]:{p}/mapped"),
         // Cloud metadata, by address (plain, IPv4-mapped, IPv6 link-local) and by name.
         "http://169.254.169.254/latest/meta-data/".to_string(),
         "http://[::ffff:169.254.169.254]/latest/meta-data/".to_string(),
         "http://[fe80::1]/".to_string(),
         "http://metadata.google.internal/computeMetadata/v1/".to_string(),
-        // Other spellings of this machine: the unspecified address, IPv6
-        // loopback, and the short, decimal and hex forms resolvers accept.
+        // Other spellings of this machine: the unspecified address and the
+        // short, decimal and hex forms resolvers accept. (`localhost` and `::1`
+        // are the origin's host, 127.0.0.1, by rule: see below.)
         format!("http://0.0.0.0:{o}/unspecified"),
-        format!("http://[::1]:{o}/v6-loopback"),
         format!("http://127.1:{o}/short-form"),
         format!("http://2130706433:{o}/decimal-form"),
         format!("http://0x7f000001:{o}/hex-form"),
@@ -289,6 +289,21 @@ fn denied_destinations_are_refused_before_any_connection() {
     let resp = host.probe(&format!("fetch {}", origin.url("/after")));
     assert_eq!(meta(&resp, "status"), Some("200"), "{resp}");
     assert_no_secret(&host);
+    // The loopback interface is one host under its usual names: the request
+    // goes out (and, on ::1, finds nothing listening).
+    let resp = host.probe(&format!("fetch http://localhost:{o}/by-name"));
+    assert_eq!(meta(&resp, "status"), Some("200"), "{resp}");
+    // The secret goes to the origin as configured (127.0.0.1), not by another name.
+    let hits = origin.hits();
+    let by_name = hits.iter().find(|h| h.path == "/by-name").expect("hit");
+    assert_eq!(by_name.api_key, None, "{hits:?}");
+    assert!(
+        hits.iter()
+            .any(|h| h.path == "/after" && h.api_key.is_some()),
+        "{hits:?}"
+    );
+    let resp = host.probe(&format!("fetch http://[::1]:{o}/v6-loopback"));
+    assert_ne!(meta(&resp, "error"), Some("HTTP-request-denied"), "{resp}");
 }
 
 /// A listed name that does not resolve reaches the guest as a DNS error (the
