@@ -45,6 +45,7 @@ struct Method {
     aliases: Vec<(String, String)>,
     ranges: Vec<(String, Option<i64>, Option<i64>)>,
     stream: bool,
+    undo: Option<String>,
 }
 
 fn generate(wit: &Path) -> Result<String, String> {
@@ -76,6 +77,15 @@ fn generate(wit: &Path) -> Result<String, String> {
             continue;
         };
         let method = method(&resolve, func, &line, &capabilities, epp_error).map_err(located)?;
+        if let Some(undo) = &method.undo {
+            check_undo(
+                &resolve,
+                &resolve.interfaces[infra].functions,
+                undo,
+                epp_error,
+            )
+            .map_err(|e| located(format!("undo={undo}: {e}")))?;
+        }
         methods.push(method);
     }
     if methods.is_empty() {
@@ -129,7 +139,7 @@ fn generate(wit: &Path) -> Result<String, String> {
             code,
             "    Method {{ name: {:?}, function: {:?}, capability: {:?}, result: {:?}, \
              params: &{:?}, seconds: &{:?}, defaults: &{:?}, aliases: &{:?}, ranges: &{:?}, \
-             stream: {} }},",
+             stream: {}, undo: {:?} }},",
             m.wire,
             m.function,
             m.capability,
@@ -139,7 +149,8 @@ fn generate(wit: &Path) -> Result<String, String> {
             m.defaults,
             m.aliases,
             m.ranges,
-            m.stream
+            m.stream,
+            m.undo
         );
     }
     let _ = writeln!(code, "];");
@@ -232,6 +243,7 @@ fn method(
         aliases: Vec::new(),
         ranges: Vec::new(),
         stream: false,
+        undo: None,
     };
     for (i, p) in params.iter().enumerate() {
         if params[..i].iter().any(|q| q.wire == p.wire) {
@@ -255,7 +267,8 @@ fn method(
         let malformed = || {
             format!(
                 "malformed tag `{tag}` (expected capability=NAME, result=KEY, \
-                 default.FIELD=JSON, alias.WIRE=FIELD, range.FIELD=MIN..MAX or stream)"
+                 default.FIELD=JSON, alias.WIRE=FIELD, range.FIELD=MIN..MAX, undo=FUNCTION \
+                 or stream)"
             )
         };
         if tag == "stream" {
@@ -276,6 +289,8 @@ fn method(
             m.capability = value.to_string();
         } else if key == "result" {
             m.result = Some(value.to_string());
+        } else if key == "undo" {
+            m.undo = Some(value.to_string());
         } else if let Some(field) = key.strip_prefix("default.") {
             let ty = param_type(field)?;
             let json: serde_json::Value = serde_json::from_str(value)
@@ -314,6 +329,30 @@ fn method(
     }
     check_result(resolve, func, &m, epp_error)?;
     Ok(m)
+}
+
+/// An undo function is an `infra` function of one string (the id a call
+/// reported) that answers `result<_, epp-error>`.
+fn check_undo(
+    resolve: &Resolve,
+    functions: &wit_parser::IndexMap<String, Function>,
+    name: &str,
+    epp_error: TypeId,
+) -> Result<(), String> {
+    let func = functions
+        .get(name)
+        .ok_or("no function of `infra` has that name")?;
+    if !matches!(func.params.as_slice(), [p] if dealias(resolve, p.ty) == Type::String) {
+        return Err("it must take exactly one string (the id the call reported)".into());
+    }
+    let answers_unit = func.result.is_some_and(|ty| {
+        matches!(kind(resolve, ty), Some(TypeDefKind::Result(r))
+            if r.ok.is_none() && r.err.map(|e| dealias(resolve, e)) == Some(Type::Id(epp_error)))
+    });
+    if !answers_unit {
+        return Err("it must return result<_, epp-error>".into());
+    }
+    Ok(())
 }
 
 /// The answer must be `result<T, epp-error>`; a plain method's T must have a

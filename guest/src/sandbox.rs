@@ -1,5 +1,7 @@
 //! sandbox.lifecycle, sandbox.timeout and sandbox.pause.
 
+use crate::bindings::abx::epp::request;
+use crate::bindings::abx::epp::types::ErrorCode;
 use crate::bindings::exports::abx::epp::infra::{CreateRequest, ListRequest, SandboxInfo};
 use crate::config;
 use crate::error::{self, Result, conflict, invalid};
@@ -17,6 +19,14 @@ const DEFAULT_TIMEOUT: u32 = 300;
 const MIN_TIMEOUT: u32 = 60;
 /// How often readiness is polled (the SDK uses 200 ms).
 const POLL_MS: u64 = 200;
+/// How long the server may take to answer `POST /sandboxes` (it pulls the
+/// image inside that call), when the host's deadline leaves that much.
+const POST_WAIT_MS: u64 = 300_000;
+/// The least time the create POST is given; less is a setup that cannot work.
+const MIN_POST_WAIT_MS: u64 = 30_000;
+/// Kept back at the end of a create for what follows the ready wait (a GET,
+/// or the DELETE of a sandbox that did not become ready).
+const MARGIN_MS: u64 = 15_000;
 
 /// Converts the server's sandbox into EPP's.
 pub fn info(sandbox: Sandbox, image_hint: Option<&str>) -> Result<SandboxInfo> {
@@ -193,15 +203,56 @@ fn ready_budget(ready_timeout: Option<u32>) -> Result<u64> {
     Ok(u64::from(secs) * 1000)
 }
 
+/// How long the create POST may wait for its answer: five minutes, or what
+/// the host's deadline (`left`, ms) leaves after the ready wait (`budget`, ms)
+/// and a margin, so that the provider answers, and cleans up, before the host
+/// stops it. `Err` when too little is left, with what to change.
+fn post_wait(
+    budget: u64,
+    left: Option<u64>,
+    from_request: bool,
+) -> std::result::Result<u64, String> {
+    let Some(left) = left else {
+        return Ok(POST_WAIT_MS);
+    };
+    let spare = left.saturating_sub(budget + MARGIN_MS);
+    if spare < MIN_POST_WAIT_MS {
+        let source = if from_request {
+            "the request's ready_timeout"
+        } else {
+            "ABX_OPENSANDBOX_READY_TIMEOUT, as no ready_timeout was passed"
+        };
+        return Err(format!(
+            "a ready wait of {} s ({source}) leaves the server no time to create the sandbox: \
+             epp-host stops this sandbox.create after {} s (--call-timeout, plus a ready_timeout \
+             passed with the request). Pass ready_timeout with the request (epp-host adds it to \
+             its limit), or raise epp-host --call-timeout",
+            budget / 1000,
+            left / 1000
+        ));
+    }
+    Ok(POST_WAIT_MS.min(spare))
+}
+
 pub fn create(req: CreateRequest) -> Result<SandboxInfo> {
     let (body, image) = request(&req, config::settings()?)?;
     let budget = ready_budget(req.ready_timeout)?;
+    let post =
+        post_wait(budget, request::time_left_ms(), req.ready_timeout.is_some()).map_err(|why| {
+            let code = if req.ready_timeout.is_some() {
+                ErrorCode::InvalidArgument
+            } else {
+                ErrorCode::Configuration
+            };
+            error::err(code, why)
+        })?;
     let lifecycle = Lifecycle::new()?;
-    // The server pulls the image inside this call: give it the readiness budget
-    // and at least five minutes.
-    let wait = Duration::from_millis(budget).max(Duration::from_secs(300));
-    let created = lifecycle.create(&body, wait)?;
+    // The server pulls the image inside this call.
+    let created = lifecycle.create(&body, Duration::from_millis(post))?;
     let id = created.id.clone();
+    // From here on the sandbox exists: if this call is abandoned (cancelled,
+    // stopped at its deadline) the host deletes it (`undo=sandbox-kill`).
+    request::made(&id);
     if matches!(created.status.state.as_str(), "Failed" | "Terminated") {
         let _ = lifecycle.delete(&id);
         return Err(error::upstream(format!(
@@ -412,6 +463,28 @@ mod tests {
         let mut empty = create(None, None);
         empty.entrypoint = Some(vec![]);
         assert!(request(&empty, &s).is_err());
+    }
+
+    #[test]
+    fn the_create_post_fits_in_the_hosts_deadline() {
+        let s = |secs: u64| secs * 1000;
+        // No deadline (another host): five minutes.
+        assert_eq!(post_wait(s(60), None, false), Ok(s(300)));
+        // epp-host's default: --call-timeout 300 s, plus a ready_timeout passed.
+        assert_eq!(post_wait(s(60), Some(s(360)), true), Ok(s(285)));
+        assert_eq!(post_wait(s(600), Some(s(900)), true), Ok(s(285)));
+        // Without one, the setting's default fits in --call-timeout.
+        assert_eq!(post_wait(s(60), Some(s(300)), false), Ok(s(225)));
+        // A long call timeout does not make the POST wait longer than five minutes.
+        assert_eq!(post_wait(s(60), Some(s(3600)), false), Ok(s(300)));
+        // A setting that does not fit is said at once, with what to change.
+        let e = post_wait(s(600), Some(s(300)), false).unwrap_err();
+        assert!(
+            e.contains("ABX_OPENSANDBOX_READY_TIMEOUT") && e.contains("--call-timeout"),
+            "{e}"
+        );
+        assert!(e.contains("600 s") && e.contains("300 s"), "{e}");
+        assert!(post_wait(s(10), Some(s(40)), true).is_err());
     }
 
     #[test]

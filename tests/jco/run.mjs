@@ -16,9 +16,11 @@
 //     nothing else; the secret headers are added here, in their scope, and the
 //     guest cannot set them,
 //   - abx:epp/memo: a Map with TTLs,
-//   - abx:epp/websocket: unavailable, every call answers a clear error.
+//   - abx:epp/websocket: unavailable, every call answers a clear error,
+//   - abx:epp/request: no deadline, so nothing is ever left to undo.
 // Unlike epp-host it matches allow-list entries as exact host or host:port only,
-// and it enforces no memory, CPU or time limits.
+// its origin host is the name as written (`localhost` and 127.0.0.1 are two
+// hosts here), and it enforces no memory, CPU or time limits.
 //
 // The shim performs HTTP synchronously on a worker thread (Atomics.wait), so a
 // call into the component blocks this thread: the testbed must run in another
@@ -238,6 +240,9 @@ export function imports({ env, grant, denied }) {
     "wasi:http/outgoing-handler": grantedHttp(http.outgoingHandler, grant, denied),
     "abx:epp/memo": memo(),
     "abx:epp/websocket": noWebSocket,
+    // No deadline here (calls block the event loop until they return), so
+    // nothing a call made is ever abandoned: there is nothing to undo.
+    "abx:epp/request": { timeLeftMs: () => undefined, made: (_id) => {} },
   };
 }
 

@@ -294,6 +294,7 @@ async fn answer(
     cancelled: impl Future<Output = ()>,
 ) -> Result<Value, RpcError> {
     let deadline = methods::deadline(method, &params, call_timeout);
+    *ctx.deadline.lock().expect("lock") = deadline.map(|limit| std::time::Instant::now() + limit);
     let work = async {
         match deadline {
             Some(limit) => tokio::time::timeout(limit, methods::call(ctx, method, params))
@@ -311,9 +312,16 @@ async fn answer(
         result = work => result,
         () = cancelled => Err(RpcError::cancelled()),
     };
-    if result.is_err() {
-        // Whatever this request started in a sandbox must not outlive it.
-        ctx.abandon().await;
+    match result {
+        Ok(value) => Ok(value),
+        // Whatever this request started or made must not outlive it; the
+        // answer says what was undone (or what is left to undo).
+        Err(mut error) => {
+            if let Some(undone) = ctx.undo(method).await {
+                error.message = format!("{}; {undone}", error.message);
+            }
+            ctx.abandon().await;
+            Err(error)
+        }
     }
-    result
 }

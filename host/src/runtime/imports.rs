@@ -1,6 +1,7 @@
-//! The host side of the world's own imports: `abx:epp/websocket` and `abx:epp/memo`.
+//! The host side of the world's own imports: `abx:epp/websocket`,
+//! `abx:epp/memo` and `abx:epp/request`.
 
-use super::bindings::abx::epp::{memo, types, websocket};
+use super::bindings::abx::epp::{memo, request, types, websocket};
 use super::bindings::{EppError, ErrorCode};
 use super::state::StoreState;
 use crate::net::websocket::{Message, WsError};
@@ -81,5 +82,33 @@ impl memo::Host for StoreState {
 
     async fn forget(&mut self, key: String) {
         self.shared.memo.forget(&key)
+    }
+}
+
+/// The most ids one call may report, and the longest id kept: enough for any
+/// real method, small enough that a misbehaving provider cannot grow the host.
+const MAX_MADE: usize = 64;
+const MAX_ID_BYTES: usize = 1024;
+
+impl request::Host for StoreState {
+    async fn time_left_ms(&mut self) -> Option<u64> {
+        self.call.deadline.map(|at| {
+            let left = at.saturating_duration_since(std::time::Instant::now());
+            u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
+        })
+    }
+
+    async fn made(&mut self, id: String) {
+        if id.len() > MAX_ID_BYTES {
+            tracing::warn!(
+                bytes = id.len(),
+                "the provider reported an overlong id; ignored"
+            );
+            return;
+        }
+        let mut made = self.call.made.lock().expect("lock");
+        if made.len() < MAX_MADE && !made.contains(&id) {
+            made.push(id);
+        }
     }
 }

@@ -74,7 +74,7 @@ pub struct Instance {
 
 /// Links exactly what a provider may import: wasi:io, clocks, random (incl. insecure seeds), basic
 /// wasi:cli (environment, exit, stdio, terminal queries), wasi:http's outgoing
-/// handler, and this world's websocket and memo. No sockets. wasi:filesystem is
+/// handler, and this world's websocket, memo and request. No sockets. wasi:filesystem is
 /// linked only so that components whose libc imports it at start-up (older
 /// wasi-libc, as Debian's fallback toolchain has) still load: the store has no
 /// preopened directory, so there is no descriptor to open anything with.
@@ -108,6 +108,7 @@ pub fn linker(engine: &Engine) -> Result<Linker<StoreState>> {
     bindings::abx::epp::types::add_to_linker::<StoreState, HasSelf<StoreState>>(&mut l, |s| s)?;
     bindings::abx::epp::websocket::add_to_linker::<StoreState, HasSelf<StoreState>>(&mut l, |s| s)?;
     bindings::abx::epp::memo::add_to_linker::<StoreState, HasSelf<StoreState>>(&mut l, |s| s)?;
+    bindings::abx::epp::request::add_to_linker::<StoreState, HasSelf<StoreState>>(&mut l, |s| s)?;
     Ok(l)
 }
 

@@ -34,6 +34,16 @@ impl Shared {
     }
 }
 
+/// What the host knows of the call an instance serves (`abx:epp/request`).
+#[derive(Clone, Default)]
+pub struct CallState {
+    /// When the host stops the call, if it will.
+    pub deadline: Option<std::time::Instant>,
+    /// The ids the call reported it made (`request.made`), shared with the
+    /// request's context, which undoes them if the call never returns.
+    pub made: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
 /// The `T` of `Store<T>`: one per request.
 pub struct StoreState {
     wasi: WasiCtx,
@@ -44,6 +54,8 @@ pub struct StoreState {
     pub shared: Arc<Shared>,
     /// Epoch ticks seen during the current call.
     pub cpu_ticks: u64,
+    /// The call this instance serves.
+    pub call: CallState,
 }
 
 impl StoreState {
@@ -68,6 +80,7 @@ impl StoreState {
             },
             shared,
             cpu_ticks: 0,
+            call: CallState::default(),
         }
     }
 }

@@ -51,6 +51,7 @@ fn imports_only_http_io_clocks_random_cli_basics_and_epp() {
         "abx:epp/types@1.1.0",
         "abx:epp/websocket@1.1.0",
         "abx:epp/memo@1.1.0",
+        "abx:epp/request@1.1.0",
     ];
     for import in &imports {
         assert!(
@@ -61,6 +62,7 @@ fn imports_only_http_io_clocks_random_cli_basics_and_epp() {
     for needed in [
         "wasi:http/outgoing-handler@0.2.12",
         "abx:epp/websocket@1.1.0",
+        "abx:epp/request@1.1.0",
     ] {
         assert!(
             imports.contains(&needed),

@@ -136,6 +136,9 @@ impl Codec {
         func.call_async(&mut inst.store, args, &mut results)
             .await
             .map_err(|trap| RpcError::from_trap(&trap))?;
+        // The call returned: what it reported it made is its own business
+        // again (kept if it succeeded, undone by itself if it failed).
+        inst.store.data().call.made.lock().expect("lock").clear();
         let [result] = results;
         match result {
             Val::Result(Ok(ok)) => Ok(ok.map(|v| *v)),

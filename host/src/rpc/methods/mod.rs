@@ -13,6 +13,7 @@ use super::codec::{self, Codec};
 use super::errors::RpcError;
 use super::outbox::Outbox;
 use crate::runtime::bindings::EppError;
+use crate::runtime::state::CallState;
 use crate::runtime::{Instance, Runtime};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
@@ -58,6 +59,11 @@ pub struct CallCtx {
     pub background: Arc<Mutex<tokio::task::JoinSet<()>>>,
     /// Fired once the answer to this request has been queued.
     pub answered: Mutex<Vec<tokio::sync::oneshot::Sender<()>>>,
+    /// When the host stops this request, told to the provider (`request.time-left-ms`).
+    pub deadline: Mutex<Option<std::time::Instant>>,
+    /// What the provider reported it made during a call that has not returned
+    /// (`request.made`): undone if the request is abandoned.
+    pub made: Arc<Mutex<Vec<String>>>,
 }
 
 impl CallCtx {
@@ -78,14 +84,24 @@ impl CallCtx {
             started: Mutex::new(None),
             background,
             answered: Mutex::new(Vec::new()),
+            deadline: Mutex::new(None),
+            made: Arc::new(Mutex::new(Vec::new())),
         }
     }
 
+    /// A fresh instance serving this request: it knows the request's deadline
+    /// and reports what it makes to this context.
     pub async fn instance(&self) -> Result<Instance, RpcError> {
-        self.runtime
+        let mut inst = self
+            .runtime
             .instance()
             .await
-            .map_err(|e| RpcError::fault(format!("could not start the provider: {e:#}")))
+            .map_err(|e| RpcError::fault(format!("could not start the provider: {e:#}")))?;
+        inst.store.data_mut().call = CallState {
+            deadline: *self.deadline.lock().expect("lock"),
+            made: self.made.clone(),
+        };
+        Ok(inst)
     }
 
     /// Resolves once the answer to this request is queued for the client.
@@ -107,6 +123,81 @@ impl CallCtx {
             map.insert("request_id".into(), self.id.clone());
         }
         self.out.notify(method, params).await
+    }
+
+    /// Undoes what a call of `method` that never returned reported it made
+    /// (`request.made`), with the method's `undo=` function, each id in a fresh
+    /// instance. Returns what was undone, or is left to undo, in words for the
+    /// error message; none when there was nothing.
+    pub async fn undo(&self, method: &str) -> Option<String> {
+        let made = std::mem::take(&mut *self.made.lock().expect("lock"));
+        let method = table::find(method)?;
+        let Some(undo) = method.undo else {
+            if !made.is_empty() {
+                tracing::debug!(
+                    method = method.name,
+                    "the provider reported ids but the method has no undo"
+                );
+            }
+            return None;
+        };
+        if made.is_empty() {
+            return None;
+        }
+        let wire = codec::names::method(undo);
+        let mut done = Vec::new();
+        let mut failed = Vec::new();
+        for id in made {
+            let call = async {
+                // Not `self.instance()`: this call is the host's, not the request's.
+                let mut inst =
+                    self.runtime.instance().await.map_err(|e| {
+                        RpcError::fault(format!("could not start the provider: {e:#}"))
+                    })?;
+                self.codec
+                    .call(&mut inst, undo, &[Val::String(id.clone())])
+                    .await
+            };
+            match tokio::time::timeout(Duration::from_secs(30), call).await {
+                Ok(Ok(_)) => {
+                    tracing::info!(
+                        method = method.name,
+                        id,
+                        undo = wire,
+                        "undid what an abandoned request made"
+                    );
+                    done.push(id);
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(method = method.name, id, undo = wire, outcome = %e.code,
+                        error = %e.wire_message(), "undoing what an abandoned request made failed");
+                    failed.push(format!("{id} ({})", e.wire_message()));
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        method = method.name,
+                        id,
+                        undo = wire,
+                        "undoing what an abandoned request made timed out"
+                    );
+                    failed.push(format!("{id} (no answer within 30 s)"));
+                }
+            }
+        }
+        let mut words = Vec::new();
+        if !done.is_empty() {
+            words.push(format!(
+                "what it had made was undone ({wire} {})",
+                done.join(", ")
+            ));
+        }
+        if !failed.is_empty() {
+            words.push(format!(
+                "it had made {}, which could not be undone: call {wire} with it yourself",
+                failed.join(", ")
+            ));
+        }
+        Some(words.join("; "))
     }
 
     /// Stops in the sandbox what this request started (after cancel or timeout).
@@ -203,8 +294,8 @@ fn runs_until_done(method: &Method, params: &Map<String, Value>) -> bool {
 /// How long a request may take in total, or none when it runs until its work
 /// ends. Derived from the method table: `--call-timeout` (`default`), or the
 /// request's own `timeout` (seconds, a `*-ms` param in WIT) plus a minute when
-/// the answer waits for that work; a `ready_timeout` param (seconds) raises
-/// the limit to at least itself plus a minute.
+/// the answer waits for that work; a `ready_timeout` param (seconds) is a
+/// wait on top of the rest of the work, so it is added to `default`.
 pub fn deadline(name: &str, params: &Map<String, Value>, default: Duration) -> Option<Duration> {
     let secs = |key: &str| {
         params
@@ -228,7 +319,7 @@ pub fn deadline(name: &str, params: &Map<String, Value>, default: Duration) -> O
         return None;
     }
     if method.has_param("ready_timeout") {
-        return Some(default.max(secs("ready_timeout").unwrap_or_default() + slack));
+        return Some(default + secs("ready_timeout").unwrap_or_default());
     }
     Some(default)
 }
@@ -391,18 +482,24 @@ mod tests {
         assert_eq!(at("pty.create", json!({})), Some(default));
         // A plain method with a timeout of its own.
         assert_eq!(at("code.run", json!({"timeout": 1000})), Some(secs(1060)));
-        // ready_timeout raises the limit; `timeout` of sandbox.create is a lifetime.
+        // ready_timeout is a wait on top of the server's part (the create
+        // itself, with the image pull), which --call-timeout bounds; `timeout`
+        // of sandbox.create is a lifetime.
         assert_eq!(
             at("sandbox.create", json!({"timeout": 3600})),
             Some(default)
         );
         assert_eq!(
             at("sandbox.create", json!({"ready_timeout": 600})),
-            Some(secs(660))
+            Some(secs(900))
+        );
+        assert_eq!(
+            at("sandbox.create", json!({"ready_timeout": 10})),
+            Some(secs(310))
         );
         assert_eq!(
             deadline("sandbox.create", &Map::new(), secs(10)),
-            Some(secs(60))
+            Some(secs(10))
         );
         assert_eq!(at("sandbox.get_info", json!({})), Some(default));
         assert_eq!(at("no.such", json!({})), Some(default));

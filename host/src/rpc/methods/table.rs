@@ -24,6 +24,9 @@ pub struct Method {
     pub ranges: &'static [(&'static str, Option<i64>, Option<i64>)],
     /// Served by a hand-written adapter (its answer follows a resource).
     pub stream: bool,
+    /// The `infra` function the host calls with each id a call of this method
+    /// reported (`request.made`) when the call is abandoned before it returns.
+    pub undo: Option<&'static str>,
 }
 
 include!(concat!(env!("OUT_DIR"), "/methods.rs"));
@@ -91,6 +94,8 @@ mod tests {
         );
         assert_eq!(find("files.list").unwrap().default("depth"), Some("1"));
         assert_eq!(find("sandbox.list").unwrap().aliases, [("state", "states")]);
+        assert_eq!(find("sandbox.create").unwrap().undo, Some("sandbox-kill"));
+        assert_eq!(find("sandbox.get_info").unwrap().undo, None);
         // Adding a method must not need host code: no count, only the rule.
         for m in METHODS {
             assert_eq!(crate::rpc::codec::names::method(m.function), m.name);

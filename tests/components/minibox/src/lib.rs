@@ -520,6 +520,9 @@ impl Guest for Minibox {
     fn commands_start(_: CommandRequest) -> R<String> {
         Err(unsupported("commands-start"))
     }
+    fn commands_run_stdin(_: CommandRequest) -> R<infra::CommandStream> {
+        Err(unsupported("commands-run-stdin"))
+    }
     fn commands_kill(_: String, _: String) -> R<()> {
         Err(unsupported("commands-kill"))
     }

@@ -22,6 +22,12 @@
 //! | `bad-utf8` | answers a `string` that is not UTF-8 (breaks the canonical ABI on purpose) |
 //! | `huge MIB` | answers a sandbox id of MIB MiB |
 //! | `memo-flood N SIZE` | puts N memo entries of SIZE bytes each under fresh keys |
+//! | `time-left` | answers a sandbox-info whose `sandbox-id` is the host's `request.time-left-ms`, or `none` |
+//!
+//! `sandbox-create` with `template` = `made ID THEN`: reports `ID` through
+//! `request.made`, then does the instruction THEN (`sleep MS`, `spin`, `trap`,
+//! `fail`: an `upstream` error). `sandbox-kill(ID)` records `undone:ID` in the memo,
+//! so a test can see that the host undid what an abandoned create made.
 //!
 //! `commands-run` with `cmd` = `stream N DELAY_MS`: `started("cmd-" + sandbox-id)`, then N
 //! stdout events `line I\n` DELAY_MS apart, then `exited(0)`; `empty-batches`: batches with
@@ -46,7 +52,7 @@ use bindings::abx::epp::types::{
     Capabilities, Capability, EppError, ErrorCode, HeaderScope, ProviderInfo, ProviderNeeds,
     SecretHeader, Setting,
 };
-use bindings::abx::epp::{memo, websocket};
+use bindings::abx::epp::{memo, request, websocket};
 use bindings::exports::abx::epp::infra::{
     self, ByteRange, CodeRequest, CodeResult, CommandEvent, CommandExit, CommandLogs,
     CommandRequest, CommandStatus, CreateRequest, FileEvent, FileInfo, Guest, ListRequest,
@@ -184,6 +190,10 @@ fn instruction(id: &str) -> R<SandboxInfo> {
             let mib = number("huge", arg)? as usize;
             Ok(answer(&"x".repeat(mib << 20), Vec::new()))
         }
+        "time-left" => Ok(answer(
+            &request::time_left_ms().map_or("none".to_string(), |ms| ms.to_string()),
+            Vec::new(),
+        )),
         "memo-flood" => {
             let (n, size) = arg.split_once(' ').unwrap_or((arg, "0"));
             let (n, size) = (number("n", n)?, number("size", size)? as usize);
@@ -598,8 +608,17 @@ impl Guest for Probe {
         }))
     }
 
-    fn sandbox_create(_: CreateRequest) -> R<SandboxInfo> {
-        Err(unsupported("sandbox-create"))
+    fn sandbox_create(req: CreateRequest) -> R<SandboxInfo> {
+        let template = req.template.unwrap_or_default();
+        let Some(("made", rest)) = template.split_once(' ') else {
+            return Err(unsupported("sandbox-create"));
+        };
+        let (id, then) = rest.split_once(' ').unwrap_or((rest, "fail"));
+        request::made(id);
+        match then {
+            "fail" => Err(error(ErrorCode::Upstream, format!("probe: {id} failed"))),
+            then => instruction(then),
+        }
     }
     fn sandbox_connect(_: String) -> R<SandboxInfo> {
         Err(unsupported("sandbox-connect"))
@@ -607,8 +626,9 @@ impl Guest for Probe {
     fn sandbox_list(_: ListRequest) -> R<Vec<SandboxInfo>> {
         Err(unsupported("sandbox-list"))
     }
-    fn sandbox_kill(_: String) -> R<()> {
-        Err(unsupported("sandbox-kill"))
+    fn sandbox_kill(sandbox_id: String) -> R<()> {
+        memo::put(&format!("undone:{sandbox_id}"), "1", 600_000);
+        Ok(())
     }
     fn sandbox_set_timeout(_: String, _: u32) -> R<String> {
         Err(unsupported("sandbox-set-timeout"))
@@ -621,6 +641,9 @@ impl Guest for Probe {
     }
     fn commands_start(_: CommandRequest) -> R<String> {
         Err(unsupported("commands-start"))
+    }
+    fn commands_run_stdin(_: CommandRequest) -> R<infra::CommandStream> {
+        Err(unsupported("commands-run-stdin"))
     }
     fn commands_status(_: String, _: String) -> R<CommandStatus> {
         Err(unsupported("commands-status"))
