@@ -23,6 +23,7 @@ mod sessions;
 mod sse;
 mod stdin;
 mod time;
+mod transfer;
 mod unsupported;
 mod watch;
 
@@ -48,7 +49,7 @@ pub const CAPABILITIES: &[(&str, Capabilities, bool)] = &[
     ("files.rw", Capabilities::FILES_RW, true),
     ("ports.url", Capabilities::PORTS_URL, true),
     ("files.watch", Capabilities::FILES_WATCH, true),
-    ("files.transfer", Capabilities::FILES_TRANSFER, false),
+    ("files.transfer", Capabilities::FILES_TRANSFER, true),
     ("code.interpret", Capabilities::CODE_INTERPRET, false),
     ("templates.read", Capabilities::TEMPLATES_READ, false),
     ("templates.build", Capabilities::TEMPLATES_BUILD, false),
@@ -234,11 +235,11 @@ impl Guest for Provider {
     fn files_watch(sandbox_id: String, path: String, recursive: bool) -> R<infra::WatchStream> {
         watch::watch(&sandbox_id, &path, recursive).map(infra::WatchStream::new)
     }
-    fn files_upload_url(_: String, _: String) -> R<TransferUrl> {
-        Err(unsupported::capability("files.upload_url"))
+    fn files_upload_url(sandbox_id: String, path: String) -> R<TransferUrl> {
+        transfer::upload_url(&sandbox_id, &path)
     }
-    fn files_download_url(_: String, _: String) -> R<TransferUrl> {
-        Err(unsupported::capability("files.download_url"))
+    fn files_download_url(sandbox_id: String, path: String) -> R<TransferUrl> {
+        transfer::download_url(&sandbox_id, &path)
     }
     fn code_run(_: CodeRequest) -> R<CodeResult> {
         Err(unsupported::capability("code.run"))

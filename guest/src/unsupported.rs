@@ -7,9 +7,6 @@ use crate::error::unsupported;
 /// Why each unsupported method is missing, and what to use instead.
 fn reason(method: &str) -> &'static str {
     match method {
-        "files.upload_url" | "files.download_url" => {
-            "OpenSandbox has no pre-signed transfer URLs; use files.write and files.read"
-        }
         "code.run" | "code.create_context" => {
             "this provider does not drive the code-interpreter's Jupyter API; run code with commands.run"
         }

@@ -13,14 +13,6 @@ fn unsupported_methods_answer_e8004_at_once_without_network() {
         .spawn();
     let s = "sb-1";
     let cases = [
-        (
-            "files.upload_url",
-            json!({"sandbox_id": s, "path": "/tmp/x"}),
-        ),
-        (
-            "files.download_url",
-            json!({"sandbox_id": s, "path": "/tmp/x"}),
-        ),
         ("code.run", json!({"sandbox_id": s, "code": "print(1)"})),
         ("code.create_context", json!({"sandbox_id": s})),
         ("templates.list", json!({})),
@@ -64,7 +56,8 @@ fn unsupported_methods_answer_e8004_at_once_without_network() {
     let hello = host.ok("epp.hello", json!({}));
     let caps = hello["capabilities"].as_object().unwrap();
     assert_eq!(caps.len(), 18);
-    assert_eq!(caps.values().filter(|v| **v == json!(true)).count(), 11);
+    assert_eq!(caps.values().filter(|v| **v == json!(true)).count(), 12);
+    assert_eq!(caps["files.transfer"], true);
     assert_eq!(caps["sessions"], true);
     assert_eq!(caps["files.watch"], true);
 }
