@@ -29,6 +29,11 @@ use wasmtime_wasi_http::{
 
 /// Longest time a connection attempt may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connection may sit idle and still carry a request that is not
+/// idempotent (`POST`). Well under the shortest common server keep-alive
+/// (gunicorn 2 s, uvicorn and Node 5 s), so the server is not closing it for
+/// idleness just as the request goes out.
+pub const POST_REUSE_IDLE: Duration = Duration::from_secs(1);
 /// Upper bound for the guest's first-byte and between-bytes timeouts.
 const MAX_IO_TIMEOUT: Duration = Duration::from_secs(3600);
 
@@ -97,8 +102,10 @@ pub async fn resolve_checked(
 pub struct HttpClient {
     /// Keeps idle connections: for requests that may be sent again.
     client: Client<Connector, WasiBody>,
-    /// Never reuses a connection: for requests that must not be lost (`POST`).
-    fresh: Client<Connector, WasiBody>,
+    /// For requests that must not be lost (`POST`): a pool of its own, so a
+    /// connection carries one only after an exchange of this kind that ended
+    /// cleanly, and only within [`POST_REUSE_IDLE`] of it.
+    posts: Client<Connector, WasiBody>,
     policy: Arc<NetPolicy>,
     /// wasi:http's forbidden headers and the host-owned ones, made once.
     forbidden: ForbiddenHeaderFilter,
@@ -126,13 +133,21 @@ impl HttpClient {
             .pool_max_idle_per_host(64)
             .build(https.clone());
         // A server may close an idle connection at any moment (its keep-alive
-        // timeout; a reverse proxy after an upstream error). A
-        // request sent on it just then fails with a reset, and whether the
-        // server acted on it is unknown, so the guest cannot retry it. Requests
-        // that are not idempotent therefore always get a new connection: a
-        // loopback connect costs far less than a lost `sandbox.create`.
-        let fresh = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(0)
+        // timeout; a reverse proxy after an upstream error). A request sent on
+        // it just then fails with a reset, and whether the server acted on it
+        // is unknown, so the guest cannot retry it. Requests that are not
+        // idempotent therefore never take a connection a read or a delete used
+        // (an upstream error ends those exchanges, and the proxy may close the
+        // connection after), and take a pooled one only when its last exchange
+        // (of their own kind) ended cleanly (hyper pools a connection only
+        // after a complete, kept-alive response; a stream left early is not
+        // drained, so its connection is dropped) and it has been idle for less
+        // than POST_REUSE_IDLE; the pool checks that bound when it hands a
+        // connection out. Anything older gets a new connection.
+        let posts = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(POST_REUSE_IDLE)
+            .pool_max_idle_per_host(64)
             .build(https);
         let owner = policy.clone();
         let forbidden: ForbiddenHeaderFilter = Arc::new(move |name: &http::HeaderName| {
@@ -140,7 +155,7 @@ impl HttpClient {
         });
         HttpClient {
             client,
-            fresh,
+            posts,
             policy,
             forbidden,
         }
@@ -209,7 +224,7 @@ impl WasiHttpHooks for Outbound {
         let client = if reusable {
             self.client.client.clone()
         } else {
-            self.client.fresh.clone()
+            self.client.posts.clone()
         };
         // wasmtime-wasi-http runs this on a task of its own: keep the request's span.
         let span = tracing::Span::current();
