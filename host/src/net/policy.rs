@@ -23,8 +23,8 @@
 //! explicit port, IPv6 without brackets; a `user@` part is always refused.
 
 use super::grant::{Grant, redacted};
-use epp_authority::split_host_port;
 use crate::runtime::bindings::abx::epp::types::HeaderScope;
+use epp_authority::split_host_port;
 use http::{HeaderName, HeaderValue};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -392,7 +392,6 @@ impl NetPolicy {
             .any(|h| h.name.as_str().eq_ignore_ascii_case(name))
     }
 }
-
 
 #[cfg(test)]
 mod tests;
