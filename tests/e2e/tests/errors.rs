@@ -164,33 +164,6 @@ fn server_down_is_e5003() {
     assert!(e.message.contains(&port.to_string()), "{e:?}");
 }
 
-/// In direct mode the sandbox endpoints (127.0.0.1:…) are on another host than a
-/// server addressed as `localhost`: the host's policy refuses them until allowed.
-#[test]
-fn endpoint_on_another_host_is_e6001_until_allowed() {
-    let url = testbed().url.replace("127.0.0.1", "localhost");
-    let host = HostBuilder::new(Mode::Direct)
-        .env("ABX_OPENSANDBOX_BASE_URL", &url)
-        .spawn();
-    let e = host.fails("sandbox.create", json!({"ready_timeout": 10}), "E6001");
-    assert!(e.message.contains("ABX_OPENSANDBOX_ALLOW_HOSTS"), "{e:?}");
-    let allowed = HostBuilder::new(Mode::Direct)
-        .env("ABX_OPENSANDBOX_BASE_URL", &url)
-        .env("ABX_OPENSANDBOX_ALLOW_HOSTS", "127.0.0.1")
-        .spawn();
-    let id = allowed.create_sandbox();
-    assert_eq!(epp_e2e::sh(&allowed, &id, "echo ok"), "ok\n");
-    // The failed create left nothing behind.
-    let ours = allowed.ok("sandbox.list", json!({}));
-    assert!(
-        ours["sandboxes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|s| s["state"] != "failed")
-    );
-}
-
 /// A sandbox whose execd died: through the server proxy that is a 502 (E5001),
 /// directly a refused connection (E5003).
 fn dead_execd(mode: Mode) {
