@@ -117,7 +117,16 @@ impl Guest for Provider {
                 header: s::API_KEY_HEADER.into(),
                 scope: HeaderScope::Origin,
             }],
+            // EPP/1's generic provider_options keys.
+            generic_settings: vec![
+                ("sandbox_base_url".into(), "base_url".into()),
+                ("sandbox_api_key".into(), "api_key".into()),
+            ],
         }
+    }
+
+    fn check_settings() -> R<()> {
+        config::settings().map(drop)
     }
 
     fn sandbox_create(req: CreateRequest) -> R<SandboxInfo> {

@@ -104,7 +104,17 @@ pub fn load_options(args: &HostArgs, wasm: Vec<u8>) -> Result<LoadOptions> {
         cache_dir,
         limits: limits(args),
         instances: (args.max_concurrent + MAX_CONNECTIONS + 16) as u32,
-        grant: Box::new(move |info, needs| grant(&grant_args, info, needs, &host_env)),
+        grant: Box::new(move |info, needs, overlay| {
+            // An EPP client's provider_options first, then the operator's environment.
+            let env = |name: &str| {
+                overlay
+                    .iter()
+                    .find(|(var, _)| var == name)
+                    .map(|(_, value)| value.clone())
+                    .or_else(|| host_env(name))
+            };
+            grant(&grant_args, info, needs, &env)
+        }),
     })
 }
 
@@ -161,6 +171,10 @@ mod tests {
                 header: "x-ex-key".into(),
                 scope: HeaderScope::Origin,
             }],
+            generic_settings: vec![
+                ("sandbox_base_url".into(), "base_url".into()),
+                ("sandbox_api_key".into(), "api_key".into()),
+            ],
         }
     }
 

@@ -28,7 +28,7 @@ pub async fn load_offline(wasm: Vec<u8>) -> Result<Runtime> {
         cache_dir: None,
         limits: Limits::new(256, 10_000),
         instances: 4,
-        grant: Box::new(|_, _| {
+        grant: Box::new(|_, _, _| {
             Ok(Granted {
                 policy: NetPolicy::deny_all(),
                 guest_env: Vec::new(),

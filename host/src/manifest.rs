@@ -72,6 +72,16 @@ pub struct Needs {
     /// Variables in which the operator lists more hosts.
     pub allow_hosts_env: Vec<String>,
     pub secret_headers: Vec<SecretHeader>,
+    /// EPP/1's generic `provider_options` keys and the setting each stands for.
+    #[serde(default)]
+    pub generic_settings: Vec<GenericSetting>,
+}
+
+/// A generic `provider_options` key and the provider's setting it stands for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GenericSetting {
+    pub key: String,
+    pub setting: String,
 }
 
 /// A secret setting the host sends as a header.
@@ -98,6 +108,14 @@ impl From<&ProviderNeeds> for Needs {
                     setting: h.setting.clone(),
                     header: h.header.clone(),
                     scope: scope_name(h.scope).into(),
+                })
+                .collect(),
+            generic_settings: n
+                .generic_settings
+                .iter()
+                .map(|(key, setting)| GenericSetting {
+                    key: key.clone(),
+                    setting: setting.clone(),
                 })
                 .collect(),
         }
@@ -326,6 +344,7 @@ mod tests {
                 header: "x-example-key".into(),
                 scope: HeaderScope::OriginHost,
             }],
+            generic_settings: vec![("sandbox_api_key".into(), "api_key".into())],
         }
     }
 

@@ -17,7 +17,8 @@
 //     guest cannot set them,
 //   - abx:epp/memo: a Map with TTLs,
 //   - abx:epp/websocket: unavailable, every call answers a clear error,
-//   - abx:epp/request: no deadline, so nothing is ever left to undo.
+//   - abx:epp/request: no deadline, so nothing is ever left to undo; no
+//     provider_options.
 // Unlike epp-host it matches allow-list entries as exact host or host:port only,
 // its origin host is the name as written (`localhost` and 127.0.0.1 are two
 // hosts here), and it enforces no memory, CPU or time limits.
@@ -242,7 +243,8 @@ export function imports({ env, grant, denied }) {
     "abx:epp/websocket": noWebSocket,
     // No deadline here (calls block the event loop until they return), so
     // nothing a call made is ever abandoned: there is nothing to undo.
-    "abx:epp/request": { timeLeftMs: () => undefined, made: (_id) => {} },
+    // No provider_options here: the settings are the environment's alone.
+    "abx:epp/request": { timeLeftMs: () => undefined, made: (_id) => {}, providerOptions: () => [] },
   };
 }
 
@@ -368,6 +370,7 @@ await check("describe() and needs() agree with provider.json", () => {
     origin_host_any_port: needs.originHostAnyPort,
     allow_hosts_env: needs.allowHostsEnv,
     secret_headers: needs.secretHeaders.map((h) => ({ setting: h.setting, header: h.header, scope: h.scope })),
+    generic_settings: needs.genericSettings.map(([key, setting]) => ({ key, setting })),
   };
   expect(JSON.stringify(declared) === JSON.stringify(manifest.needs), `needs differ: ${JSON.stringify(declared)}`);
   expect(grant.origin && grant.origin.port === Number(testbed.port || 80), `origin ${JSON.stringify(grant.origin)}`);

@@ -244,6 +244,22 @@ impl Grant {
                 ));
             }
         }
+        for (i, (key, name)) in needs.generic_settings.iter().enumerate() {
+            if !crate::options::GENERIC_KEYS.contains(&key.as_str()) {
+                return Err(format!(
+                    "needs() maps `{key}`, which is not an EPP/1 generic key (those are {})",
+                    crate::options::GENERIC_KEYS.join(", ")
+                ));
+            }
+            if setting(info, name).is_none() {
+                return Err(format!(
+                    "needs() maps `{key}` to `{name}`, which describe() does not declare"
+                ));
+            }
+            if needs.generic_settings[..i].iter().any(|(k, _)| k == key) {
+                return Err(format!("needs() maps `{key}` twice"));
+            }
+        }
         let (origin, skipped, origin_settings) = resolve_origin(info, &needs.origin, env)?;
         let secret_headers = secret_headers(info, needs, env)?;
         let mut allow = Vec::new();

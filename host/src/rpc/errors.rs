@@ -149,6 +149,16 @@ impl RpcError {
         RpcError::new(EppCode::Cancelled, "request cancelled by epp.cancel")
     }
 
+    /// The request conflicts with the host's state (E4009).
+    pub fn conflict(message: impl Into<String>) -> RpcError {
+        RpcError::new(EppCode::Conflict, message)
+    }
+
+    /// A setting cannot be used (E2001).
+    pub fn configuration(message: impl Into<String>) -> RpcError {
+        RpcError::new(EppCode::Configuration, message)
+    }
+
     /// A host limit or a provider crash.
     pub fn fault(message: impl Into<String>) -> RpcError {
         RpcError::new(EppCode::ProviderFault, message)

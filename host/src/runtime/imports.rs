@@ -98,6 +98,10 @@ impl request::Host for StoreState {
         })
     }
 
+    async fn provider_options(&mut self) -> Vec<(String, String)> {
+        self.shared.options.clone()
+    }
+
     async fn made(&mut self, id: String) {
         if id.len() > MAX_ID_BYTES {
             tracing::warn!(

@@ -6,7 +6,9 @@
 //! environment answers `describe()` and `needs()`; from these the caller's
 //! grant function decides the network policy and the guest's environment
 //! (`config.rs`). Every request then gets a fresh `Store` and instance from the
-//! pooling allocator, sharing that grant.
+//! pooling allocator, sharing that grant. Until the first instance serves a
+//! request, an EPP client's `provider_options` may replace the grant
+//! ([`Runtime::reconfigure`]); from then on it is fixed.
 
 pub mod bindings;
 pub mod cache;
@@ -24,7 +26,8 @@ use cache::CacheOutcome;
 use limits::Limits;
 use state::{Shared, StoreState};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Engine, Store, UpdateDeadline};
 
@@ -36,8 +39,26 @@ pub struct Granted {
     pub guest_env: Vec<(String, String)>,
 }
 
-/// Decides the grant from `describe()` and `needs()`; an error refuses the provider.
-pub type GrantFn = Box<dyn FnOnce(&ProviderInfo, &ProviderNeeds) -> Result<Granted> + Send>;
+/// Environment variables read ahead of the operator's, as (variable, value):
+/// an EPP client's `provider_options`.
+pub type Overlay = [(String, String)];
+
+/// Decides the grant from `describe()`, `needs()` and an overlay of the
+/// operator's environment (empty at start-up); an error refuses the provider
+/// (at start-up) or the overlay.
+pub type GrantFn =
+    Box<dyn Fn(&ProviderInfo, &ProviderNeeds, &Overlay) -> Result<Granted> + Send + Sync>;
+
+/// Why `provider_options` could not be applied.
+#[derive(Debug)]
+pub enum Reconfigure {
+    /// A call into the provider has started: the grant is fixed.
+    Sealed,
+    /// The grant refused the settings (e.g. a secret a header cannot carry).
+    Refused(anyhow::Error),
+    /// The provider's `check-settings` refused them.
+    Invalid(bindings::EppError),
+}
 
 /// What `Runtime::load` needs.
 pub struct LoadOptions {
@@ -46,7 +67,7 @@ pub struct LoadOptions {
     pub limits: Limits,
     /// Instances alive at once (requests + terminals).
     pub instances: u32,
-    /// Called once, after `describe()` and `needs()`.
+    /// Called after `describe()` and `needs()`, and again for `provider_options`.
     pub grant: GrantFn,
 }
 
@@ -55,7 +76,12 @@ pub struct Runtime {
     engine: Engine,
     component: Component,
     pre: ProviderPre<StoreState>,
-    shared: Arc<Shared>,
+    /// What every instance shares; replaced only by `reconfigure`, before `sealed`.
+    shared: RwLock<Arc<Shared>>,
+    /// Set when the first instance that serves a request is made.
+    sealed: AtomicBool,
+    grant: GrantFn,
+    limits: Limits,
     /// The provider's own description (`describe`).
     pub info: ProviderInfo,
     /// What the provider needs from its host (`needs`).
@@ -144,23 +170,81 @@ impl Runtime {
             .context("the provider's needs() failed")?;
         drop(inst);
         check_capabilities(&info, &needs)?;
-        let granted = (opts.grant)(&info, &needs)
+        let granted = (opts.grant)(&info, &needs, &[])
             .with_context(|| format!("refusing to run provider `{}`", info.id))?;
         let shared = Arc::new(Shared::new(granted.policy, granted.guest_env, opts.limits));
         Ok(Runtime {
             engine,
             component,
             pre,
-            shared,
+            shared: RwLock::new(shared),
+            sealed: AtomicBool::new(false),
+            grant: opts.grant,
+            limits: opts.limits,
             info,
             needs,
             cache,
         })
     }
 
-    /// A fresh instance with the memory cap and CPU budget in place.
+    /// A fresh instance with the memory cap and CPU budget in place. From the
+    /// first one on, the grant is fixed (`reconfigure` answers `Sealed`).
     pub async fn instance(&self) -> Result<Instance> {
-        instantiate(&self.engine, &self.pre, self.shared.clone()).await
+        let shared = {
+            let current = self.shared.read().expect("lock");
+            // Under the read lock: `reconfigure` swaps under the write lock
+            // and checks this flag there, so no instance ever sees a grant
+            // that a later swap would replace.
+            self.sealed.store(true, Ordering::SeqCst);
+            current.clone()
+        };
+        instantiate(&self.engine, &self.pre, shared).await
+    }
+
+    /// Replaces the grant with one made from the operator's environment under
+    /// `overlay` (an EPP client's `provider_options`; `options` says which
+    /// settings they set and by which key), once the provider's
+    /// `check-settings`, in an instance that sees the new environment, accepts
+    /// it. Only before the first instance that serves a request: the HTTP
+    /// pool, terminals and memo are then still empty, so nothing made under
+    /// the old grant survives into the new one.
+    pub async fn reconfigure(
+        &self,
+        overlay: &Overlay,
+        options: Vec<(String, String)>,
+    ) -> std::result::Result<(), Reconfigure> {
+        if self.sealed.load(Ordering::SeqCst) {
+            return Err(Reconfigure::Sealed);
+        }
+        let granted =
+            (self.grant)(&self.info, &self.needs, overlay).map_err(Reconfigure::Refused)?;
+        let mut shared = Shared::new(granted.policy, granted.guest_env, self.limits);
+        shared.options = options;
+        let shared = Arc::new(shared);
+        let mut inst = instantiate(&self.engine, &self.pre, shared.clone())
+            .await
+            .map_err(Reconfigure::Refused)?;
+        match inst
+            .provider
+            .abx_epp_infra()
+            .call_check_settings(&mut inst.store)
+            .await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(Reconfigure::Invalid(e)),
+            Err(trap) => {
+                return Err(Reconfigure::Refused(
+                    anyhow::Error::from(trap).context("the provider's check-settings() failed"),
+                ));
+            }
+        }
+        drop(inst);
+        let mut current = self.shared.write().expect("lock");
+        if self.sealed.load(Ordering::SeqCst) {
+            return Err(Reconfigure::Sealed);
+        }
+        *current = shared;
+        Ok(())
     }
 
     /// Whether the provider implements `capability` (a wire name, e.g.
@@ -179,7 +263,8 @@ impl Runtime {
 
     /// Closes every WebSocket (shutdown).
     pub async fn close_connections(&self) {
-        self.shared.sockets.close_all().await
+        let shared = self.shared.read().expect("lock").clone();
+        shared.sockets.close_all().await
     }
 }
 
@@ -266,6 +351,7 @@ mod tests {
             origin_host_any_port: false,
             allow_hosts_env: Vec::new(),
             secret_headers: Vec::new(),
+            generic_settings: Vec::new(),
         };
         check_capabilities(&info, &needs)
     }

@@ -18,6 +18,9 @@ pub struct Shared {
     pub limits: Limits,
     /// The only environment the guest sees.
     pub guest_env: Vec<(String, String)>,
+    /// The settings an EPP client set through `provider_options`, as (setting,
+    /// the key it used), for `request.provider-options`.
+    pub options: Vec<(String, String)>,
 }
 
 impl Shared {
@@ -30,6 +33,7 @@ impl Shared {
             memo: Memo::default(),
             limits,
             guest_env,
+            options: Vec::new(),
         }
     }
 }

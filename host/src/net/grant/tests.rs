@@ -39,6 +39,7 @@ fn needs(origin: &[&str]) -> ProviderNeeds {
             header: "X-Ex-Key".into(),
             scope: HeaderScope::Origin,
         }],
+        generic_settings: Vec::new(),
     }
 }
 
@@ -263,6 +264,33 @@ fn secret_header_declarations_are_checked() {
     n.secret_headers.push(n.secret_headers[0].clone());
     let err = resolve_with(&n, &[]).unwrap_err();
     assert!(err.contains("declared twice"), "{err}");
+}
+
+#[test]
+fn generic_settings_declarations_are_checked() {
+    let with = |pairs: &[(&str, &str)]| {
+        let mut n = needs(TEMPLATES);
+        n.generic_settings = pairs
+            .iter()
+            .map(|(k, s)| (k.to_string(), s.to_string()))
+            .collect();
+        resolve_with(&n, &[])
+    };
+    with(&[
+        ("sandbox_base_url", "base_url"),
+        ("sandbox_api_key", "api_key"),
+    ])
+    .unwrap();
+    let err = with(&[("sandbox_region", "base_url")]).unwrap_err();
+    assert!(err.contains("not an EPP/1 generic key"), "{err}");
+    let err = with(&[("sandbox_base_url", "nope")]).unwrap_err();
+    assert!(err.contains("does not declare"), "{err}");
+    let err = with(&[
+        ("sandbox_base_url", "base_url"),
+        ("sandbox_base_url", "domain"),
+    ])
+    .unwrap_err();
+    assert!(err.contains("twice"), "{err}");
 }
 
 #[test]

@@ -352,7 +352,7 @@ pub async fn call(
     params: Map<String, Value>,
 ) -> Result<Value, RpcError> {
     if name == "epp.hello" {
-        return hello(ctx, name, params);
+        return hello(ctx, name, params).await;
     }
     let Some(method) = table::find(name) else {
         return Err(RpcError::method_not_found(name));
@@ -389,9 +389,49 @@ struct HelloParams {
     protocol: Option<String>,
     #[allow(dead_code)]
     client: Option<Value>,
+    provider_options: Option<Map<String, Value>>,
 }
 
-fn hello(ctx: &CallCtx, method: &str, params: Map<String, Value>) -> Result<Value, RpcError> {
+/// Applies an EPP client's `provider_options`: resolved against the
+/// provider's settings, checked by the provider itself, then the grant is made
+/// again. Answers (setting, key) of what was applied and what was ignored.
+async fn configure(
+    ctx: &CallCtx,
+    method: &str,
+    options: &Map<String, Value>,
+) -> Result<(Vec<(String, String)>, Vec<String>), RpcError> {
+    let framework_key = crate::config::host_env(crate::net::grant::FRAMEWORK_KEY_ENV);
+    let resolved = crate::options::resolve(
+        &ctx.runtime.info,
+        &ctx.runtime.needs,
+        options,
+        framework_key.as_deref(),
+    )
+    .map_err(|e| RpcError::invalid_params(method, format!("provider_options: {e}")))?;
+    use crate::runtime::Reconfigure;
+    match ctx
+        .runtime
+        .reconfigure(&resolved.overlay, resolved.applied.clone())
+        .await
+    {
+        Ok(()) => {
+            let keys: Vec<&str> = resolved.applied.iter().map(|(_, k)| k.as_str()).collect();
+            tracing::info!(options = ?keys, ignored = ?resolved.ignored, "provider_options applied");
+            Ok((resolved.applied, resolved.ignored))
+        }
+        Err(Reconfigure::Sealed) => Err(RpcError::conflict(
+            "provider_options can only be set before the first call to the provider: this \
+             host has already served one with its settings",
+        )
+        .hint("send epp.hello with provider_options first, or start a new epp-host")),
+        Err(Reconfigure::Invalid(e)) => Err(e.into()),
+        Err(Reconfigure::Refused(e)) => Err(RpcError::configuration(format!(
+            "provider_options cannot be used: {e:#}"
+        ))),
+    }
+}
+
+async fn hello(ctx: &CallCtx, method: &str, params: Map<String, Value>) -> Result<Value, RpcError> {
     let p: HelloParams = parse(method, params)?;
     if let Some(protocol) = p.protocol.filter(|p| p != "EPP/1") {
         return Err(RpcError::invalid_params(
@@ -399,6 +439,10 @@ fn hello(ctx: &CallCtx, method: &str, params: Map<String, Value>) -> Result<Valu
             format!("this host speaks EPP/1, not {protocol}"),
         ));
     }
+    let options = match &p.provider_options {
+        Some(options) => Some(configure(ctx, method, options).await?),
+        None => None,
+    };
     let info = &ctx.runtime.info;
     let capabilities: Map<String, Value> = CAPABILITIES
         .iter()
@@ -412,13 +456,21 @@ fn hello(ctx: &CallCtx, method: &str, params: Map<String, Value>) -> Result<Valu
                    "secret": s.secret, "description": s.description})
         })
         .collect();
-    Ok(json!({
+    let mut answer = json!({
         "protocol": "EPP/1",
         "provider": {"id": info.id, "version": info.version},
         "host": {"name": "epp-host", "version": env!("CARGO_PKG_VERSION")},
         "capabilities": capabilities,
         "settings": settings,
-    }))
+    });
+    if let Some((applied, ignored)) = options {
+        let applied: Map<String, Value> = applied
+            .into_iter()
+            .map(|(setting, key)| (key, Value::String(setting)))
+            .collect();
+        answer["provider_options"] = json!({"applied": applied, "ignored": ignored});
+    }
+    Ok(answer)
 }
 
 #[cfg(test)]

@@ -456,7 +456,12 @@ impl Guest for Minibox {
                 header: TOKEN_HEADER.into(),
                 scope: HeaderScope::Origin,
             }],
+            generic_settings: Vec::new(),
         }
+    }
+
+    fn check_settings() -> R<()> {
+        Ok(())
     }
 
     fn sandbox_create(req: CreateRequest) -> R<SandboxInfo> {

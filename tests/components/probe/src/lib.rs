@@ -541,6 +541,32 @@ impl Guest for Probe {
                 header: KEY_HEADER.into(),
                 scope: HeaderScope::Origin,
             }],
+            generic_settings: vec![
+                ("sandbox_base_url".into(), "base_url".into()),
+                ("sandbox_api_key".into(), "token".into()),
+            ],
+        }
+    }
+
+    fn check_settings() -> R<()> {
+        // A label is any text but `invalid`, so a test can make a bad setting.
+        let label = wasip2::cli::environment::get_environment()
+            .into_iter()
+            .find(|(name, _)| name == "EPP_PROBE_LABEL")
+            .map(|(_, value)| value);
+        match label.as_deref() {
+            Some("invalid") => {
+                let given = request::provider_options()
+                    .into_iter()
+                    .find(|(setting, _)| setting == "label")
+                    .map(|(_, key)| format!("provider_options.{key}"))
+                    .unwrap_or_else(|| "EPP_PROBE_LABEL".into());
+                Err(error(
+                    ErrorCode::Configuration,
+                    format!("{given}: `invalid` is not a label"),
+                ))
+            }
+            _ => Ok(()),
         }
     }
 
