@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs the seven workloads for every contender against one testbed, in
+"""Runs the ten workloads for every contender against one testbed, in
 interleaved rounds, and writes the raw samples to a JSON file.
 
 Started by bench/run (which builds everything and starts the testbed); see
@@ -147,6 +147,29 @@ class Bench:
                  "drain": 0}
             self.record("run_grace", c, self.drive(c, "run", a)["lat_us"])
 
+    def session_run(self, rnd: int) -> None:
+        """W8: `sessions.run "true"` / `run_in_session` / raw `POST /session/{id}/run`."""
+        for c in self.order(rnd):
+            a = {"sandbox": self.box[0], "endpoint": self.endpoint[0], "n": self.o.calls, "warmup": 20}
+            self.record("session", c, self.drive(c, "session", a)["lat_us"])
+
+    def stdin_round_trip(self, rnd: int) -> None:
+        """W9 (epp-host only: the SDK has no stdin for commands, execd's /command none):
+        one line through `cat` started with `stdin: true`, send_input → echoed output."""
+        a = {"sandbox": self.box[0], "n": self.o.calls, "warmup": 5}
+        self.record("stdin", "epp", self.drive("epp", "stdin", a)["lat_us"])
+
+    def watch(self, rnd: int) -> None:
+        """W10 (epp-host only: neither the SDK nor execd has change events): files.watch
+        write → event latency; in the short rounds also an idle watch's requests."""
+        a = {"sandbox": self.box[0], "n": self.o.watch_writes, "seed": rnd,
+             "idle_s": self.o.watch_idle if rnd < self.o.short_rounds else 0}
+        r = self.drive("epp", "watch", a)
+        sample = {"lat_us": r["lat_us"]}
+        if "idle_s" in r:
+            sample.update({k: r[k] for k in ("idle_s", "idle_requests", "idle_listings", "idle_per_min")})
+        self.record("watch", "epp", sample)
+
     def stream(self, rnd: int) -> None:
         for c in self.order(rnd):
             r = self.drive(c, "stream", {"sandbox": self.box[0], "endpoint": self.endpoint[0], "cmd": STREAM_CMD})
@@ -243,6 +266,7 @@ class Bench:
         self.results["config"] = {
             "rounds": self.o.rounds, "short_rounds": self.o.short_rounds, "calls": self.o.calls, "batches": self.o.batches,
             "cycles": self.o.cycles, "reps_start": self.o.reps_start,
+            "watch_writes": self.o.watch_writes, "watch_idle": self.o.watch_idle,
             "stream_bytes": STREAM_BYTES, "stream_line": STREAM_LINE, "file_bytes": FILE_BYTES,
         }
         log("creating the shared sandboxes")
@@ -255,7 +279,9 @@ class Bench:
         steps = [("cold start", self.cold_start), ("idle memory", self.idle),
                  ("commands.run round trip", self.run_true), ("streaming", self.stream),
                  ("files", self.files), ("concurrency", self.concurrent),
-                 ("create/kill cycle", self.cycle), ("round trip, default grace", self.run_true_grace)]
+                 ("create/kill cycle", self.cycle), ("round trip, default grace", self.run_true_grace),
+                 ("sessions.run round trip", self.session_run), ("stdin round trip", self.stdin_round_trip),
+                 ("files.watch latency", self.watch)]
         if self.o.only:
             keep = set(self.o.only.split(","))
             steps = [(n, st) for n, st in steps if st.__name__ in keep]
@@ -291,12 +317,16 @@ def main() -> None:
     p.add_argument("--out", required=True, help="where the samples go (JSON)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--short-rounds", type=int, default=3, help="rounds of the slow workloads (6, W2 with grace)")
-    p.add_argument("--calls", type=int, default=200, help="workload 2: timed calls per round")
+    p.add_argument("--calls", type=int, default=200, help="workloads 2, 8, 9: timed calls per round")
     p.add_argument("--batches", type=int, default=3, help="workload 5: timed batches of 64 per round")
     p.add_argument("--cycles", type=int, default=2, help="workload 6: cycles per round")
     p.add_argument("--reps-start", type=int, default=8, help="workload 1: warm starts per round")
+    p.add_argument("--watch-writes", type=int, default=20, help="workload 10: timed writes per round")
+    p.add_argument("--watch-idle", type=float, default=6.0,
+                   help="workload 10: seconds an idle watch's requests are counted (short rounds)")
     p.add_argument("--only", default="", help="comma list of steps (cold_start, idle, run_true, stream, files, "
-                   "concurrent, cycle, run_true_grace); the report needs all of them")
+                   "concurrent, cycle, run_true_grace, session_run, stdin_round_trip, watch); "
+                   "the report needs all of them")
     Bench(p.parse_args()).main()
 
 

@@ -64,6 +64,7 @@ def panel_relative(s: Svg, st) -> None:
     rows = [
         ("2. commands.run \"true\", p50", t("run_p50", "ms"), 1 / 1.3),
         ("2. commands.run \"true\", p99", t("run_p99", "ms"), None),
+        ("8. sessions.run \"true\", p50", t("session_p50", "ms"), 1 / 1.3),
         ("3. stream 64 MiB of stdout", v("stream"), 0.8),
         ("4. write a 32 MiB file", v("write"), 0.8),
         ("4. read a 32 MiB file", v("read"), 0.8),

@@ -75,11 +75,15 @@ class Stats:
         out["conc_hwm"] = [r["hwm_kib"] for r in get("concurrent")]
         out["cycle"] = [median(r) for r in get("cycle")]
         out["idle_rss"] = [r["rss_kib"] for r in get("idle")]
+        out["session_p50"] = [median(r) for r in get("session")]
+        out["session_p99"] = [pct(r, 99) for r in get("session")]
+        out["stdin_p50"] = [median(r) for r in get("stdin")]
+        out["watch_p50"] = [median(r["lat_us"]) for r in get("watch")]
         return out
 
     def paired(self, metric: str, a: str, b: str) -> tuple[float, float, float]:
         """a's value over b's, round by round (the same machine state): median, min, max."""
-        ratios = [x / y for x, y in zip(self.rounds[a][metric], self.rounds[b][metric]) if y]
+        ratios = [x / y for x, y in zip(self.rounds[a].get(metric, []), self.rounds[b].get(metric, [])) if y]
         if not ratios:
             return math.nan, math.nan, math.nan
         return median(ratios), min(ratios), max(ratios)
@@ -121,6 +125,27 @@ class Stats:
         if c in s.get("cycle", {}):
             pooled = [x for r in s["cycle"][c] for x in r]
             out.update(cycle=median(pooled), cycle_all=pooled)
+        if c in s.get("session", {}):
+            rounds = s["session"][c]
+            pooled = [x for r in rounds for x in r]
+            out.update(session_p50=median(pooled), session_p99=pct(pooled, 99), session_n=len(pooled),
+                       session_round_p50=[median(r) for r in rounds])
+        if c in s.get("stdin", {}):
+            rounds = s["stdin"][c]
+            pooled = [x for r in rounds for x in r]
+            out.update(stdin_p50=median(pooled), stdin_p99=pct(pooled, 99), stdin_n=len(pooled),
+                       stdin_round_p50=[median(r) for r in rounds])
+        if c in s.get("watch", {}):
+            rounds = s["watch"][c]
+            pooled = [x for r in rounds for x in r["lat_us"]]
+            out.update(watch_p50=median(pooled), watch_p99=pct(pooled, 99), watch_max=max(pooled),
+                       watch_n=len(pooled), watch_round_p50=[median(r["lat_us"]) for r in rounds])
+            idle = [r for r in rounds if "idle_per_min" in r]
+            if idle:
+                out.update(watch_idle_per_min=median([r["idle_per_min"] for r in idle]),
+                           watch_idle_listing_share=sum(r["idle_listings"] for r in idle)
+                           / max(1, sum(r["idle_requests"] for r in idle)),
+                           watch_idle_s=sum(r["idle_s"] for r in idle), watch_idle_n=len(idle))
         if c in s.get("idle", {}):
             out["idle_rss"] = median([r["rss_kib"] for r in s["idle"][c]])
             out["idle_hwm"] = median([r["hwm_kib"] for r in s["idle"][c]])
@@ -148,7 +173,9 @@ def pr(st: "Stats", metric: str, a: str, b: str, spread: bool = True) -> str:
     return f"{f(mid)}× ({f(lo)}–{f(hi)})" if spread and lo != hi else f"{f(mid)}×"
 
 
-def verdict(ok: bool) -> str:
+def verdict(ok: bool | None) -> str:
+    if ok is None:
+        return "reported"
     return "met" if ok else "**missed**"
 
 
@@ -171,6 +198,16 @@ def targets(st: Stats, machine: dict) -> list[tuple[str, str, str, bool]]:
         ("7. idle RSS of epp-host", "≤ 30 MiB", f"{e['idle_rss'] / 1024:.1f} MiB", e["idle_rss"] <= 30 * 1024),
         ("7. component size", "≤ 1 MiB", f"{machine['component_bytes']:,} B",
          machine["component_bytes"] <= 1 << 20),
+        ("8. `sessions.run` p50 vs the SDK's `run_in_session`", "≤ 1.0×", pr(st, "session_p50", "epp", "sdk"),
+         ok("session_p50", "sdk", lambda x: x <= 1.0)),
+        ("8. `sessions.run` p50 vs the raw floor", "≤ 1.3×", pr(st, "session_p50", "epp", "raw"),
+         ok("session_p50", "raw", lambda x: x <= 1.3)),
+        ("9. stdin round trip p50 (epp-host only)", "≤ 5 ms", f"{ms(e['stdin_p50'])} ms",
+         e["stdin_p50"] <= 5000),
+        ("10. `files.watch` write → event (epp-host only)", "p50, p99 reported",
+         f"p50 {ms(e['watch_p50'])} ms, p99 {ms(e['watch_p99'])} ms", None),
+        ("10. requests an idle watch costs", "reported",
+         f"{e['watch_idle_per_min']:.0f} / min" if "watch_idle_per_min" in e else "not measured", None),
     ]
     return rows
 
@@ -217,10 +254,18 @@ def render(data: dict, chart_name: str) -> str:
         ("6. create → ready → kill (ms)", "cycle", ms),
         ("7. idle RSS (MiB)", "idle_rss", lambda kib: fmt(kib / 1024)),
         ("7. peak RSS during workload 5 (MiB)", "conc_hwm", lambda kib: fmt(kib / 1024)),
+        ("8. `sessions.run \"true\"` p50 (ms)", "session_p50", ms),
+        ("8. `sessions.run \"true\"` p99 (ms)", "session_p99", ms),
+        ("9. stdin round trip, one line through `cat`, p50 (ms)", "stdin_p50", ms),
+        ("9. same, p99 (ms)", "stdin_p99", ms),
+        ("10. `files.watch` write → event, p50 (ms)", "watch_p50", ms),
+        ("10. same, p99 (ms)", "watch_p99", ms),
+        ("10. requests per minute of an idle watch", "watch_idle_per_min", lambda x: f"{x:.0f}"),
     ]
-    rows = [[label] + [show(c[metric]) for c in (e, p, r)]
+    none = "no equivalent"
+    rows = [[label] + [show(c[metric]) if metric in c else none for c in (e, p, r)]
             + [pr(st, metric, "epp", "sdk"), pr(st, metric, "epp", "raw")]
-            for label, metric, show in workloads]
+            for label, metric, show in workloads if metric in e]
     w(table(["workload", "epp-host", "Python SDK", "raw floor", "epp / SDK", "epp / raw"], rows))
     w("")
 
@@ -234,6 +279,12 @@ def render(data: dict, chart_name: str) -> str:
         ["5. wall (ms)"] + [f"{ms(min(st.m[c]['conc_wall_all']))}–{ms(max(st.m[c]['conc_wall_all']))}"
                             for c in NAMES],
         ["6. cycle (ms)"] + [f"{ms(min(st.m[c]['cycle_all']))}–{ms(max(st.m[c]['cycle_all']))}" for c in NAMES],
+        ["8. p50 per round (ms)"] + [f"{ms(min(st.m[c]['session_round_p50']))}–"
+                                     f"{ms(max(st.m[c]['session_round_p50']))}" for c in NAMES],
+        ["9. p50 per round (ms)"] + [f"{ms(min(e['stdin_round_p50']))}–{ms(max(e['stdin_round_p50']))}",
+                                     "–", "–"],
+        ["10. p50 per round (ms)"] + [f"{ms(min(e['watch_round_p50']))}–{ms(max(e['watch_round_p50']))}",
+                                      "–", "–"],
     ]
     w(table(["workload", "epp-host", "Python SDK", "raw floor"], rows))
     w("")
@@ -305,6 +356,29 @@ def render(data: dict, chart_name: str) -> str:
   process after `Sandbox.connect` and one call; for raw: the process at rest), and
   VmHWM of the process that talks HTTP at the end of workload 5 (epp-host itself, not
   its driver).
+- **Workload 8**: `sessions.run "true"` in one session (`sessions.create` before, `sessions.close`
+  after, neither timed); the SDK's `commands.run_in_session(sid, "true")` after
+  `create_session()`; raw: `POST /session/{{id}}/run {{"command":"true"}}` on execd after
+  `POST /session`, read to execd's final event. {cfg['calls']} timed calls per round after 20
+  warm-up calls ({e.get('session_n', 0)} samples per contender), in the same shared sandbox as workload 2.
+- **Workload 9** (epp-host only: the SDK has no stdin for commands and execd's `/command`
+  none, so there is nothing to compare with): `commands.run {{cmd: "cat", stdin: true,
+  stream: true}}`, then per line the time from writing `commands.send_input` to reading the
+  `commands.output` notification that holds the whole line echoed ({cfg['calls']} lines per round
+  after 5 warm-up lines, {e.get('stdin_n', 0)} samples); `cat` is killed at the end.
+- **Workload 10** (epp-host only: neither the SDK nor execd has change events):
+  `files.watch` on a directory of 20 files (live once a marker file's `create` has been
+  reported), then {cfg.get('watch_writes', 20)} `files.write`s per round of one of its files, 0.3–0.8 s
+  apart (uniform, seeded) so each lands at a random phase of the provider's 0.5 s poll; the
+  latency runs from sending `files.write` to reading that file's `files.event` `write`
+  ({e.get('watch_n', 0)} samples, max {ms(e.get('watch_max', math.nan))} ms), so it includes the
+  write itself. Idle cost: a second epp-host in server-proxy mode
+  (`ABX_OPENSANDBOX_USE_SERVER_PROXY=true`) points at a small counting proxy
+  (`bench/drivers/countproxy.py`, one request per connection so none hides in a kept-alive
+  one), so every request, execd's included, passes it; with a live watch and nothing
+  changing, requests are counted for {cfg.get('watch_idle', 6):g} s in each of
+  {e.get('watch_idle_n', 0)} round(s) ({e.get('watch_idle_s', 0):.0f} s in all;
+  {fmt(e.get('watch_idle_listing_share', math.nan) * 100)} % of them `GET /directories/list`).
 - **execd's grace period**: execd ≤ 1.1.0 keeps a command's response open for
   `EXECD_API_GRACE_SHUTDOWN` (default 1 s) after the last event. epp-host stops reading
   at the final event; the SDK reads foreground commands to the end, so with the default

@@ -9,9 +9,13 @@ ABX_OPENSANDBOX_API_KEY (set by bench/bench.py).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import queue
+import random
 import subprocess
+import threading
 import time
 
 from common import args, emit, file_content, memory
@@ -20,13 +24,14 @@ ns = time.perf_counter_ns
 
 
 class Host:
-    def __init__(self) -> None:
+    def __init__(self, env: dict | None = None) -> None:
         argv = [os.environ["EPP_HOST_BIN"], "run", os.environ["EPP_GUEST_WASM"],
                 "--trusted-key", os.environ["EPP_TRUSTED_KEY"], "--cache-dir", os.environ["EPP_CACHE_DIR"]]
         # bench/profile-epp runs the host under valgrind this way (with smaller
         # pools: valgrind cannot reserve the default pools' address space).
         argv = os.environ.get("EPP_HOST_WRAPPER", "").split() + argv + os.environ.get("EPP_HOST_ARGS", "").split()
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=1 << 20)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=1 << 20,
+                                     env=None if env is None else {**os.environ, **env})
         self.next_id = 0
 
     def send(self, method: str, params: dict) -> int:
@@ -221,8 +226,198 @@ def w_cycle(host: Host, a: dict) -> dict:
     return {"cycle_us": times}
 
 
+def w_session(host: Host, a: dict) -> dict:
+    """`sessions.run "true"` in one session (created and closed outside the timing)."""
+    box = a["sandbox"]
+    sid = host.call("sessions.create", {"sandbox_id": box})["session_id"]
+    lat = []
+    for i in range(a["warmup"] + a["n"]):
+        t = ns()
+        result = host.call("sessions.run", {"sandbox_id": box, "session_id": sid, "cmd": "true"})
+        if i >= a["warmup"]:
+            lat.append((ns() - t) // 1000)
+        if result["exit_code"] != 0:
+            raise RuntimeError(f"`true` in a session exited {result['exit_code']}")
+    host.call("sessions.close", {"sandbox_id": box, "session_id": sid})
+    return {"lat_us": lat}
+
+
+def w_stdin(host: Host, a: dict) -> dict:
+    """One line through `cat` run with stdin: from sending `commands.send_input`
+    to the `commands.output` notification that echoes the whole line."""
+    box = a["sandbox"]
+    run_true(host, box)
+    req = host.send("commands.run", {"sandbox_id": box, "cmd": "cat", "stdin": True, "stream": True})
+    command_id = None
+    while command_id is None:
+        msg = host.read()
+        if msg.get("id") == req:
+            raise RuntimeError(f"cat ended before it started: {msg}")
+        if msg.get("method") == "commands.started" and msg["params"]["request_id"] == req:
+            command_id = msg["params"]["command_id"]
+    lat = []
+    for i in range(a["warmup"] + a["n"]):
+        line = f"line {i} of the stdin round trip\n"
+        data = base64.b64encode(line.encode()).decode()
+        t = ns()
+        want = host.send("commands.send_input", {"sandbox_id": box, "command_id": command_id, "data": data})
+        echoed, answered, took = "", False, None
+        while took is None or not answered:
+            msg = host.read()
+            if msg.get("id") == want:
+                host.answer(msg)
+                answered = True
+            elif msg.get("method") == "commands.output" and msg["params"]["request_id"] == req:
+                echoed += msg["params"]["data"]
+                if took is None and line in echoed:
+                    took = (ns() - t) // 1000
+            elif msg.get("id") == req:
+                raise RuntimeError(f"cat ended early: {msg}")
+        if i >= a["warmup"]:
+            lat.append(took)
+    # cat's own answer (137) may come before or after the kill's.
+    kill = host.send("commands.kill", {"sandbox_id": box, "command_id": command_id})
+    waiting = {kill, req}
+    while waiting:
+        waiting.discard(host.read().get("id"))
+    return {"lat_us": lat}
+
+
+class Reader:
+    """epp-host's output read in a thread and stamped on arrival, so a wait can
+    time out (the watch workload); each item is (perf_counter_ns, message)."""
+
+    def __init__(self, host: Host) -> None:
+        self.host, self.q = host, queue.Queue()
+        self.kept: list = []  # read, not yet asked for (an event may come before an answer)
+        threading.Thread(target=self.run, daemon=True).start()
+
+    def run(self) -> None:
+        while True:
+            line = self.host.proc.stdout.readline()
+            if not line:
+                self.q.put((ns(), None))
+                return
+            self.q.put((ns(), json.loads(line)))
+
+    def until(self, test, timeout_s: float):
+        """The first (time, message) passing `test` within the timeout, else None;
+        an error answer raises."""
+        deadline = time.monotonic() + timeout_s
+        for k, (at, msg) in enumerate(self.kept):
+            if test(msg):
+                del self.kept[k]
+                return self.checked(at, msg)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                at, msg = self.q.get(timeout=left)
+            except queue.Empty:
+                return None
+            if msg is None:
+                raise RuntimeError("epp-host closed its output")
+            if test(msg):
+                return self.checked(at, msg)
+            self.kept.append((at, msg))
+            del self.kept[:-1000]
+
+    @staticmethod
+    def checked(at: int, msg: dict):
+        if "error" in msg and msg.get("id") is not None:
+            raise RuntimeError(f"epp-host answered an error: {msg['error']}")
+        return at, msg
+
+    def call(self, method: str, params: dict, timeout_s: float = 60) -> dict:
+        want = self.host.send(method, params)
+        got = self.until(lambda m: m.get("id") == want, timeout_s)
+        if got is None:
+            raise RuntimeError(f"{method}: no answer within {timeout_s} s")
+        return got[1].get("result")
+
+
+def event(req: int, kind: str, path: str):
+    return lambda m: (m.get("method") == "files.event" and m["params"]["request_id"] == req
+                      and m["params"]["kind"] == kind and m["params"]["path"] == path)
+
+
+def start_watch(rd: Reader, box: str, path: str) -> int:
+    """files.watch, then marker files until one is reported: the watch is live."""
+    req = rd.host.send("files.watch", {"sandbox_id": box, "path": path})
+    deadline = time.monotonic() + 30
+    n = 0
+    while time.monotonic() < deadline:
+        marker = f"{path}/.ready-{n}"
+        rd.call("files.write", {"sandbox_id": box, "path": marker, "content": ""})
+        if rd.until(event(req, "create", marker), 0.7) is not None:
+            return req
+        n += 1
+    raise RuntimeError("the watch never reported a change")
+
+
+def stop_watch(rd: Reader, req: int) -> None:
+    """epp.cancel; the watch's own answer (E4999) is awaited, not checked."""
+    rd.host.send("epp.cancel", {"id": req})
+    try:
+        rd.until(lambda m: m.get("id") == req, 10)
+    except RuntimeError:
+        pass  # E4999, as expected
+    rd.kept.clear()
+
+
+def w_watch(host: Host, a: dict) -> dict:
+    """files.watch on a directory of 21 entries: `files.write` of one entry (sent)
+    → its `files.event` (write), writes 0.3-0.8 s apart (uniform, seeded) so each
+    lands at a random phase of the poll interval; then the requests an idle watch sends, counted by a proxy."""
+    from countproxy import CountingProxy
+
+    box, n = a["sandbox"], a["n"]
+    path = f"/tmp/epp-bench-watch-{os.getpid()}"
+    host.call("commands.run", {"sandbox_id": box, "cmd": f"rm -rf {path} && mkdir -p {path} && cd {path} && "
+                               "touch " + " ".join(f"f{i}" for i in range(20))})
+    rd = Reader(host)
+    req = start_watch(rd, box, path)
+    lat = []
+    gaps = random.Random(a.get("seed", 0))
+    for i in range(n):
+        time.sleep(gaps.uniform(0.3, 0.8))
+        f = f"{path}/f{i % 20}"
+        rd.kept.clear()
+        t = ns()
+        rd.call("files.write", {"sandbox_id": box, "path": f, "content": "x" * (i + 2)})
+        got = rd.until(event(req, "write", f), 10)
+        if got is None:
+            raise RuntimeError(f"no write event for {f} within 10 s")
+        lat.append((got[0] - t) // 1000)
+    stop_watch(rd, req)
+    out = {"lat_us": lat}
+
+    if a.get("idle_s", 0) > 0:
+        # A second host, in server-proxy mode through the counting proxy: every
+        # request it sends, execd's included, is counted.
+        proxy = CountingProxy(os.environ["ABX_OPENSANDBOX_BASE_URL"])
+        counted = Host({"ABX_OPENSANDBOX_BASE_URL": proxy.url, "ABX_OPENSANDBOX_USE_SERVER_PROXY": "true"})
+        try:
+            crd = Reader(counted)
+            creq = start_watch(crd, box, path)
+            time.sleep(0.6)  # the marker's listing has come back
+            t0 = time.monotonic()
+            time.sleep(a["idle_s"])
+            t1 = time.monotonic()
+            total, lists = proxy.count(since=t0), proxy.count("GET", "/directories/list", since=t0)
+            stop_watch(crd, creq)
+        finally:
+            counted.close()
+        out.update(idle_s=t1 - t0, idle_requests=total, idle_listings=lists,
+                   idle_per_min=total * 60 / (t1 - t0))
+    rd.call("commands.run", {"sandbox_id": box, "cmd": f"rm -rf {path}"})
+    return out
+
+
 WORKLOADS = {"idle": w_idle, "run": w_run, "stream": w_stream, "files": w_files,
-             "concurrent": w_concurrent, "cycle": w_cycle}
+             "concurrent": w_concurrent, "cycle": w_cycle, "session": w_session, "stdin": w_stdin,
+             "watch": w_watch}
 
 
 def main() -> None:

@@ -116,8 +116,24 @@ async def w_cycle(a: dict) -> dict:
     return {"cycle_us": times}
 
 
+async def w_session(a: dict) -> dict:
+    """`run_in_session(sid, "true")`, the session created and deleted outside the timing."""
+    sandbox = await Sandbox.connect(a["sandbox"], connection_config=config())
+    sid = await sandbox.commands.create_session()
+    lat = []
+    for i in range(a["warmup"] + a["n"]):
+        t = ns()
+        ex = await sandbox.commands.run_in_session(sid, "true")
+        if i >= a["warmup"]:
+            lat.append((ns() - t) // 1000)
+        if ex.exit_code != 0 or ex.error is not None:
+            raise RuntimeError(f"`true` in a session: exit {ex.exit_code}, {ex.error}")
+    await sandbox.commands.delete_session(sid)
+    return {"lat_us": lat}
+
+
 WORKLOADS = {"idle": w_idle, "run": w_run, "stream": w_stream, "files": w_files,
-             "concurrent": w_concurrent, "cycle": w_cycle}
+             "concurrent": w_concurrent, "cycle": w_cycle, "session": w_session}
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ fn main() {
     let get = |k: &str| opts.get(k).cloned().unwrap_or_default();
     let num = |k: &str, d: usize| opts.get(k).and_then(|v| v.parse().ok()).unwrap_or(d);
     let result = match workload.as_str() {
+        "session" => session(&get("endpoint"), num("n", 200), num("warmup", 20)),
         "run" => run(&get("endpoint"), &get("cmd"), num("n", 200), num("warmup", 20), num("drain", 1) == 1),
         "stream" => stream(&get("endpoint"), &get("cmd"), num("drain", 1) == 1),
         "files" => files(&get("endpoint"), &get("path"), num("size", 32 << 20)),
@@ -176,23 +177,27 @@ impl Frames {
 /// client stops at the final event (execd's grace period would add ~1 s).
 fn command(pool: &Pool, prefix: &str, cmd: &str, drain: bool) -> io::Result<Outcome> {
     let body = format!("{{\"command\":{},\"background\":false}}", json_str(cmd));
-    let path = format!("{prefix}/command");
+    events(pool, &format!("{prefix}/command"), &body, drain)
+}
+
+/// One POST answered with execd's event stream (`/command`, `/session/{id}/run`).
+fn events(pool: &Pool, path: &str, body: &str, drain: bool) -> io::Result<Outcome> {
     let headers = [("Content-Type", "application/json"), ("Accept", "text/event-stream")];
     // A kept-alive connection may have been closed while idle: retry once on a fresh one.
     let (mut conn, head) = {
         let mut conn = pool.take()?;
-        match conn.send("POST", &path, &headers, body.as_bytes()).and_then(|_| conn.read_head()) {
+        match conn.send("POST", path, &headers, body.as_bytes()).and_then(|_| conn.read_head()) {
             Ok(head) => (conn, head),
             Err(_) => {
                 let mut conn = Conn::open(&conn.authority)?;
-                conn.send("POST", &path, &headers, body.as_bytes())?;
+                conn.send("POST", path, &headers, body.as_bytes())?;
                 let head = conn.read_head()?;
                 (conn, head)
             }
         }
     };
     if head.status != 200 {
-        return Err(io::Error::other(format!("POST /command: HTTP {}", head.status)));
+        return Err(io::Error::other(format!("POST {path}: HTTP {}", head.status)));
     }
     let mut frames = Frames { buf: Vec::with_capacity(512 << 10), out: Outcome::default() };
     conn.read_body(&head, |data| {
@@ -222,6 +227,40 @@ fn run(endpoint: &str, cmd: &str, n: usize, warmup: usize, drain: bool) -> io::R
             lat.push(done(&out).duration_since(t).as_micros() as u64);
         }
     }
+    Ok(format!("\"lat_us\":{}", list(&lat)))
+}
+
+/// `POST /session/{id}/run {"command":"true"}` in one session (made with
+/// `POST /session` and deleted outside the timing), as the SDK's `run_in_session`.
+fn session(endpoint: &str, n: usize, warmup: usize) -> io::Result<String> {
+    let (authority, prefix) = split_endpoint(endpoint);
+    let pool = Pool::new(&authority);
+    let call = |method: &str, path: &str, body: &[u8]| -> io::Result<(u16, Vec<u8>)> {
+        let mut conn = pool.take()?;
+        conn.send(method, path, &[("Content-Type", "application/json")], body)?;
+        let head = conn.read_head()?;
+        let data = conn.read_all(&head)?;
+        pool.give(conn);
+        Ok((head.status, data))
+    };
+    let (status, data) = call("POST", &format!("{prefix}/session"), b"{}")?;
+    let mut scratch = Vec::new();
+    let id = field(&data, b"\"session_id\":\"", &mut scratch)
+        .filter(|_| status == 200)
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .ok_or_else(|| {
+            io::Error::other(format!("POST /session: HTTP {status} {}", String::from_utf8_lossy(&data)))
+        })?;
+    let path = format!("{prefix}/session/{id}/run");
+    let mut lat = Vec::with_capacity(n);
+    for i in 0..warmup + n {
+        let t = Instant::now();
+        let out = events(&pool, &path, "{\"command\":\"true\"}", true)?;
+        if i >= warmup {
+            lat.push(done(&out).duration_since(t).as_micros() as u64);
+        }
+    }
+    call("DELETE", &format!("{prefix}/session/{id}"), &[])?;
     Ok(format!("\"lat_us\":{}", list(&lat)))
 }
 
