@@ -77,6 +77,26 @@ impl PipeStream {
         }
     }
 
+    /// Whether our own `commands.kill` sent the SIGKILL (marked before the DELETE).
+    fn killed(&self) -> bool {
+        memo::get(&killed_key(&self.key)).is_some()
+    }
+
+    /// After our own kill execd may close the terminal before its exit frame
+    /// arrives: that is the kill's exit, not a broken connection.
+    fn killed_exit(&self) -> Option<Vec<CommandEvent>> {
+        if !self.killed() {
+            return None;
+        }
+        let mut out = Vec::new();
+        self.leftovers(&mut out);
+        out.push(CommandEvent::Exited(CommandExit {
+            exit_code: 137,
+            error: Some("signal: killed".to_string()),
+        }));
+        Some(out)
+    }
+
     pub fn next(&self) -> Result<Option<Vec<CommandEvent>>> {
         if self.exited.get() {
             return Ok(None);
@@ -87,6 +107,9 @@ impl PipeStream {
         loop {
             let Some(message) = websocket::receive(&self.key)? else {
                 self.exited.set(true);
+                if let Some(events) = self.killed_exit() {
+                    return Ok(Some(events));
+                }
                 return Err(error::upstream(format!(
                     "the connection to command {} closed before it exited; check commands.status",
                     self.command_id
@@ -121,9 +144,8 @@ impl PipeStream {
                         Some("exit") => {
                             self.exited.set(true);
                             let code = v.get("exit_code").and_then(|c| c.as_i64()).unwrap_or(-1);
-                            let killed = memo::get(&killed_key(&self.key)).is_some();
                             let (exit_code, error) = match code {
-                                -1 if killed => (137, Some("signal: killed".to_string())),
+                                -1 if self.killed() => (137, Some("signal: killed".to_string())),
                                 -1 => (-1, Some("killed by a signal".to_string())),
                                 c => (i32::try_from(c).unwrap_or(-1), None),
                             };
@@ -151,6 +173,9 @@ impl PipeStream {
                 }
                 Message::Close((code, reason)) => {
                     self.exited.set(true);
+                    if let Some(events) = self.killed_exit() {
+                        return Ok(Some(events));
+                    }
                     return Err(error::upstream(format!(
                         "the connection to command {} closed ({code} {reason}) before it exited",
                         self.command_id
