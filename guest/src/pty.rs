@@ -37,11 +37,11 @@ fn shell_quote(value: &str) -> String {
     format!("'{}'", value.replace('\'', r"'\''"))
 }
 
-/// The program execd should run: the user's command, or an interactive shell,
-/// with the requested environment (execd's PTY takes no environment itself).
-fn command(req: &PtyRequest) -> Result<Option<String>> {
+/// `export K='V'; ` for each variable: execd's PTY API takes no environment,
+/// so terminals and stdin commands carry theirs in the command line.
+pub fn exports(envs: &[(String, String)]) -> Result<String> {
     let mut exports = String::new();
-    for (k, v) in &req.envs {
+    for (k, v) in envs {
         if k.is_empty()
             || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
             || k.as_bytes()[0].is_ascii_digit()
@@ -52,6 +52,13 @@ fn command(req: &PtyRequest) -> Result<Option<String>> {
         }
         exports.push_str(&format!("export {k}={}; ", shell_quote(v)));
     }
+    Ok(exports)
+}
+
+/// The program execd should run: the user's command, or an interactive shell,
+/// with the requested environment.
+fn command(req: &PtyRequest) -> Result<Option<String>> {
+    let exports = exports(&req.envs)?;
     Ok(match (&req.cmd, exports.is_empty()) {
         (Some(cmd), true) => Some(cmd.clone()),
         (Some(cmd), false) => Some(format!("{exports}{cmd}")),
@@ -145,35 +152,13 @@ pub fn create(req: PtyRequest) -> Result<(String, PtyStream)> {
         return Err(invalid("cols and rows must be at least 1"));
     }
     let mut execd = Execd::connect(&req.sandbox_id)?;
-    let mut body = serde_json::Map::new();
-    if let Some(cwd) = &req.cwd {
-        body.insert("cwd".into(), cwd.clone().into());
-    }
-    if let Some(cmd) = command(&req)? {
-        body.insert("command".into(), cmd.into());
-    }
-    let body = serde_json::Value::Object(body).to_string();
-    let resp = execd.send(
-        |e| {
-            Ok(e.request("POST", "/pty")?
-                .header("content-type", "application/json"))
-        },
-        body.as_bytes(),
+    let pty_id = open(
+        &mut execd,
+        req.cwd.as_deref(),
+        command(&req)?,
+        "terminal",
+        "the new terminal",
     )?;
-    // execd may write an error body before a 201 on internal failures: only 201 counts.
-    if resp.status != 201 {
-        let status = resp.status;
-        let text = resp.read_all(64 * 1024).unwrap_or_default();
-        return Err(error::status(
-            status,
-            &text,
-            execd.target(),
-            "the new terminal",
-        ));
-    }
-    let created: PtyCreated = execd.json(resp, "the new terminal")?;
-    let pty_id = created.session_id;
-    check_id("terminal", &pty_id)?;
     let key = key(&req.sandbox_id, &pty_id);
     websocket::connect(
         &key,
@@ -189,6 +174,42 @@ pub fn create(req: PtyRequest) -> Result<(String, PtyStream)> {
         serde_json::json!({"type": "resize", "cols": req.cols, "rows": req.rows}),
     )?;
     Ok((pty_id, stream))
+}
+
+/// `POST /pty`: a new terminal (or, in pipe mode, a stdin command) running
+/// `command` (a shell without one) in `cwd`; answers its checked id. `what`
+/// and `subject` name it in errors.
+pub fn open(
+    execd: &mut Execd,
+    cwd: Option<&str>,
+    command: Option<String>,
+    what: &str,
+    subject: &str,
+) -> Result<String> {
+    let mut body = serde_json::Map::new();
+    if let Some(cwd) = cwd {
+        body.insert("cwd".into(), cwd.into());
+    }
+    if let Some(cmd) = command {
+        body.insert("command".into(), cmd.into());
+    }
+    let body = serde_json::Value::Object(body).to_string();
+    let resp = execd.send(
+        |e| {
+            Ok(e.request("POST", "/pty")?
+                .header("content-type", "application/json"))
+        },
+        body.as_bytes(),
+    )?;
+    // execd may write an error body before a 201 on internal failures: only 201 counts.
+    if resp.status != 201 {
+        let status = resp.status;
+        let text = resp.read_all(64 * 1024).unwrap_or_default();
+        return Err(error::status(status, &text, execd.target(), subject));
+    }
+    let created: PtyCreated = execd.json(resp, subject)?;
+    check_id(what, &created.session_id)?;
+    Ok(created.session_id)
 }
 
 fn attached(sandbox_id: &str, pty_id: &str) -> Result<String> {

@@ -15,7 +15,6 @@ use crate::bindings::exports::abx::epp::infra::{CommandEvent, CommandExit, Comma
 use crate::error::{self, Result, invalid, not_found};
 use crate::execd::Execd;
 use crate::lifecycle::check_id;
-use crate::models::PtyCreated;
 use std::cell::{Cell, RefCell};
 
 const PREFIX: &str = "stdin-";
@@ -31,10 +30,6 @@ fn key(sandbox_id: &str, pty_id: &str) -> String {
 
 fn killed_key(key: &str) -> String {
     format!("killed:{key}")
-}
-
-fn shell_quote(value: &str) -> String {
-    format!("'{}'", value.replace('\'', r"'\''"))
 }
 
 pub struct PipeStream {
@@ -202,41 +197,16 @@ pub fn run(req: CommandRequest) -> Result<PipeStream> {
              stop the command with commands.kill or epp.cancel",
         ));
     }
-    let mut command = String::new();
-    for (k, v) in &req.envs {
-        if k.is_empty()
-            || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-            || k.as_bytes()[0].is_ascii_digit()
-        {
-            return Err(invalid(format!(
-                "`{k}` is not a valid environment variable name"
-            )));
-        }
-        command.push_str(&format!("export {k}={}; ", shell_quote(v)));
-    }
+    let mut command = crate::pty::exports(&req.envs)?;
     command.push_str(&req.cmd);
     let mut execd = Execd::connect(&req.sandbox_id)?;
-    let mut body = serde_json::Map::new();
-    if let Some(cwd) = &req.cwd {
-        body.insert("cwd".into(), cwd.clone().into());
-    }
-    body.insert("command".into(), command.into());
-    let body = serde_json::Value::Object(body).to_string();
-    let resp = execd.send(
-        |e| {
-            Ok(e.request("POST", "/pty")?
-                .header("content-type", "application/json"))
-        },
-        body.as_bytes(),
+    let pty_id = crate::pty::open(
+        &mut execd,
+        req.cwd.as_deref(),
+        Some(command),
+        "command",
+        "the command",
     )?;
-    if resp.status != 201 {
-        let status = resp.status;
-        let text = resp.read_all(64 * 1024).unwrap_or_default();
-        return Err(error::status(status, &text, execd.target(), "the command"));
-    }
-    let created: PtyCreated = execd.json(resp, "the command")?;
-    let pty_id = created.session_id;
-    check_id("command", &pty_id)?;
     let key = key(&req.sandbox_id, &pty_id);
     websocket::connect(
         &key,
