@@ -132,20 +132,9 @@ pub fn serve_options(args: &HostArgs) -> ServeOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::bindings::abx::epp::types::{
-        Capabilities, HeaderScope, SecretHeader, Setting,
-    };
+    use crate::net::grant::test_setting as setting;
+    use crate::runtime::bindings::abx::epp::types::{Capabilities, HeaderScope, SecretHeader};
     use clap::Parser;
-
-    fn setting(name: &str, env: &[&str], secret: bool) -> Setting {
-        Setting {
-            name: name.into(),
-            env: env.iter().map(|s| s.to_string()).collect(),
-            default_value: None,
-            secret,
-            description: String::new(),
-        }
-    }
 
     fn info() -> ProviderInfo {
         ProviderInfo {

@@ -125,19 +125,11 @@ pub fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::bindings::abx::epp::types::{
-        Capabilities, HeaderScope, SecretHeader, Setting,
-    };
+    use crate::net::grant::test_setting as setting;
+    use crate::runtime::bindings::abx::epp::types::{Capabilities, HeaderScope, SecretHeader};
     use serde_json::json;
 
     fn info() -> ProviderInfo {
-        let setting = |name: &str, env: &[&str], secret: bool| Setting {
-            name: name.into(),
-            env: env.iter().map(|s| s.to_string()).collect(),
-            default_value: None,
-            secret,
-            description: String::new(),
-        };
         ProviderInfo {
             id: "example".into(),
             version: "1".into(),

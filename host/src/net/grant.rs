@@ -499,3 +499,16 @@ fn secret_headers(
 
 #[cfg(test)]
 mod tests;
+
+/// A setting with no default or description, for the unit tests of the grant
+/// and of what builds on it (configuration, provider options).
+#[cfg(test)]
+pub(crate) fn test_setting(name: &str, env: &[&str], secret: bool) -> Setting {
+    Setting {
+        name: name.into(),
+        env: env.iter().map(|s| s.to_string()).collect(),
+        default_value: None,
+        secret,
+        description: String::new(),
+    }
+}

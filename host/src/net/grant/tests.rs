@@ -1,16 +1,7 @@
+use super::test_setting as setting;
 use super::*;
 use crate::runtime::bindings::abx::epp::types::{Capabilities, SecretHeader as WitSecretHeader};
 use std::collections::HashMap;
-
-fn setting(name: &str, env: &[&str], secret: bool) -> Setting {
-    Setting {
-        name: name.into(),
-        env: env.iter().map(|s| s.to_string()).collect(),
-        default_value: None,
-        secret,
-        description: String::new(),
-    }
-}
 
 /// An example provider with a URL setting, a host + scheme pair and a secret key.
 fn info() -> ProviderInfo {
