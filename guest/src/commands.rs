@@ -193,6 +193,11 @@ impl StreamState {
         if self.session.is_some() {
             return lines::output(Lines::Stripped, text);
         }
+        // Once the kind is known to be raw nothing can change it: skip the scan
+        // (it would read every byte of a big output again).
+        if self.lines == Lines::Raw {
+            return text;
+        }
         match (self.lines, lines::evidence(&text)) {
             // Only execd ≥ 1.1.1 sends a terminator next to other bytes.
             (Lines::Unknown | Lines::Stripped, Evidence::Raw) => {

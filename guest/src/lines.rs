@@ -42,7 +42,7 @@ pub enum Evidence {
 pub fn evidence(text: &str) -> Evidence {
     if text.is_empty() || text == "\n" {
         Evidence::Neutral
-    } else if text.contains(['\n', '\r']) {
+    } else if text.bytes().any(|b| b == b'\n' || b == b'\r') {
         Evidence::Raw
     } else {
         Evidence::Ambiguous
