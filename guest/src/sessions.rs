@@ -3,10 +3,14 @@
 //!
 //! execd keeps a session as an environment and a working directory, not as a live
 //! shell: every run is a new `bash` that starts with the exported variables and the
-//! directory the previous run ended with. Shell functions, aliases and unexported
-//! variables do not carry over (execd 1.1.1). Output is line by line with stderr
-//! merged into stdout and blank lines dropped. The session id is all a run needs, so
-//! any process may run in a session another created.
+//! directory the previous run ended with (execd 1.1.1). Shell functions would be
+//! lost between runs, so each run is wrapped: it first sources the functions the
+//! previous run left in `/tmp/.epp-session-ID.functions` and ends by writing
+//! `declare -f` there, keeping the user's exit status for execd's own trailer.
+//! Aliases and unexported variables still do not carry over, nor functions of a run
+//! that calls `exit`. Output is line by line with stderr merged into stdout and blank
+//! lines dropped. The session id is all a run needs, so any process may run in a
+//! session another created.
 
 use crate::commands::{self, CommandStream};
 use crate::error::{self, Result, invalid, not_found};
@@ -76,8 +80,9 @@ pub fn run(
         return Err(invalid("`timeout` must be positive"));
     }
     let mut execd = Execd::connect(sandbox_id)?;
+    let command = keeping_functions(session_id, cmd);
     let body = serde_json::to_vec(&Run {
-        command: cmd,
+        command: &command,
         timeout: timeout_ms,
     })
     .expect("serialisable");
@@ -116,6 +121,18 @@ pub fn run(
     ))
 }
 
+/// `cmd` between sourcing the session's saved functions and saving them again.
+/// The status of `cmd` is left in `$?` (execd reads it after the script), and the
+/// user's text stands on lines of its own so a trailing comment cannot swallow
+/// the epilogue. `session_id` is checked (no quote or slash can appear in it).
+fn keeping_functions(session_id: &str, cmd: &str) -> String {
+    let file = format!("/tmp/.epp-session-{session_id}.functions");
+    format!(
+        "{{ . '{file}'; }} 2>/dev/null\n{cmd}\n__epp_status=$?; declare -f > '{file}' 2>/dev/null; \
+         (exit $__epp_status)\n"
+    )
+}
+
 pub fn close(sandbox_id: &str, session_id: &str) -> Result<()> {
     check_id("session", session_id)?;
     let mut execd = Execd::connect(sandbox_id)?;
@@ -127,4 +144,24 @@ pub fn close(sandbox_id: &str, session_id: &str) -> Result<()> {
     execd
         .check(resp, &format!("session {session_id}"))
         .map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::keeping_functions;
+
+    #[test]
+    fn a_run_sources_and_saves_the_functions_and_keeps_its_status() {
+        let script = keeping_functions("s-1", "f() { echo hi; }; false # note");
+        let lines: Vec<&str> = script.lines().collect();
+        assert_eq!(
+            lines[0],
+            "{ . '/tmp/.epp-session-s-1.functions'; } 2>/dev/null"
+        );
+        assert_eq!(lines[1], "f() { echo hi; }; false # note");
+        assert!(
+            lines[2].starts_with("__epp_status=$?; declare -f > '/tmp/.epp-session-s-1.functions'")
+        );
+        assert!(lines[2].ends_with("(exit $__epp_status)"));
+    }
 }

@@ -1,5 +1,5 @@
-//! sessions: execd's bash sessions (exported variables and cwd carry over between
-//! runs), shared between hosts, closed, timed out and cancelled.
+//! sessions: execd's bash sessions (exported variables, cwd and shell functions
+//! carry over between runs), shared between hosts, closed, timed out and cancelled.
 
 use epp_e2e::{Host, Mode, both_modes, sandbox_processes, unique, workdir};
 use serde_json::{Value, json};
@@ -30,7 +30,7 @@ fn state_carries_over(mode: Mode) {
         &host,
         &id,
         &session,
-        "mkdir -p sub && cd sub && export GREETING='hi there' && LOCAL=1 && echo out && echo err >&2",
+        "mkdir -p sub && cd sub && export GREETING='hi there' && LOCAL=1 && greet() { echo \"hello $1\"; } && echo out && echo err >&2",
     );
     assert_eq!(
         (
@@ -50,6 +50,14 @@ fn state_carries_over(mode: Mode) {
     );
     assert_eq!(r["exit_code"], 7, "{r}");
     assert_eq!(r["stdout"], format!("{dir}/sub\nhi there|unset\n"));
+    // Shell functions carry over too (the provider saves `declare -f` after a run),
+    // and a failing run keeps its own status.
+    let r = run(&host, &id, &session, "greet world; false");
+    assert_eq!(
+        (r["exit_code"].as_i64(), r["stdout"].as_str()),
+        (Some(1), Some("hello world\n")),
+        "{r}"
+    );
 
     // Streamed: the same notifications as commands.run, with the session's id.
     let req = host.send(
