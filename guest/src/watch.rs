@@ -1,5 +1,5 @@
 //! files.watch: execd has no file-change API, so a watch polls one listing every
-//! [`INTERVAL_MS`] and diffs it against the last one (path → type, size, mtime, mode).
+//! interval (setting `watch_interval_ms`, default 500 ms) and diffs it against the last one (path → type, size, mtime, mode).
 //!
 //! - A directory is listed with `GET /directories/list?path=…&depth=1` (recursive:
 //!   `depth=`[`RECURSIVE_DEPTH`]); a file with `GET /files/info?path=…`. An idle watch
@@ -29,8 +29,6 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
-/// Time between two listings: a change is reported within this plus one request.
-pub const INTERVAL_MS: u64 = 500;
 /// `depth` of a recursive listing (execd walks that many levels below the path).
 pub const RECURSIVE_DEPTH: u32 = 1024;
 /// Consecutive failed polls of a sandbox that still runs before the watch gives up.
@@ -89,6 +87,8 @@ struct State {
     snapshot: Snapshot,
     pending: VecDeque<FileEvent>,
     last_poll_ms: u64,
+    /// Time between two listings: a change is reported within this plus one request.
+    interval_ms: u64,
     failures: u32,
     ended: bool,
 }
@@ -212,6 +212,7 @@ pub fn watch(sandbox_id: &str, path: &str, recursive: bool) -> Result<WatchStrea
             snapshot,
             pending: VecDeque::new(),
             last_poll_ms: started,
+            interval_ms: u64::from(crate::config::settings()?.watch_interval_ms),
             failures: 0,
             ended: false,
         }),
@@ -227,7 +228,7 @@ impl State {
             if self.ended {
                 return Ok(None);
             }
-            let due = self.last_poll_ms + INTERVAL_MS;
+            let due = self.last_poll_ms + self.interval_ms;
             let now = monotonic_ms();
             if due > now {
                 sleep_ms(due - now);

@@ -54,6 +54,8 @@ pub const DEFAULT_ALIASES: &str = "code=opensandbox/code-interpreter:v1.1.0";
 pub const DEFAULT_ENTRYPOINT: &[&str] = &["tail", "-f", "/dev/null"];
 /// Entrypoint of OpenSandbox's code-interpreter images.
 pub const CODE_INTERPRETER_ENTRYPOINT: &[&str] = &["/opt/opensandbox/code-interpreter.sh"];
+/// Milliseconds between two listings of a `files.watch`.
+pub const DEFAULT_WATCH_INTERVAL_MS: u32 = 500;
 /// Seconds `sandbox.create` waits for a usable sandbox.
 pub const DEFAULT_READY_TIMEOUT: u32 = 60;
 
@@ -161,6 +163,14 @@ pub const SETTINGS: &[SettingSpec] = &[
         secret: false,
         description: "Ask the server to protect sandbox endpoints with an access token.",
     },
+    SettingSpec {
+        name: "watch_interval_ms",
+        env: &["ABX_OPENSANDBOX_WATCH_INTERVAL_MS"],
+        default: Some("500"),
+        secret: false,
+        description: "Milliseconds between two looks of files.watch at the watched path \
+                      (100 to 60000); a watch costs one listing per interval.",
+    },
 ];
 
 /// A setting whose value cannot be used.
@@ -214,6 +224,8 @@ pub struct Settings {
     pub network_policy: Option<String>,
     pub platform: Option<Platform>,
     pub secure_access: bool,
+    /// How often `files.watch` lists the watched path.
+    pub watch_interval_ms: u32,
 }
 
 impl fmt::Debug for Settings {
@@ -230,6 +242,7 @@ impl fmt::Debug for Settings {
             .field("network_policy", &self.network_policy)
             .field("platform", &self.platform)
             .field("secure_access", &self.secure_access)
+            .field("watch_interval_ms", &self.watch_interval_ms)
             .finish()
     }
 }
@@ -273,6 +286,10 @@ impl Settings {
         let api_key = first_set(env, API_KEY_ENV).map(|(_, v)| v);
         let use_server_proxy = parse_flag(env, "use_server_proxy")?;
         let secure_access = parse_flag(env, "secure_access")?;
+        let watch_interval_ms = match lookup(env, "watch_interval_ms") {
+            Some((var, value)) => parse::millis(&var, &value, 100, 60_000)?,
+            None => DEFAULT_WATCH_INTERVAL_MS,
+        };
         let default_image = lookup(env, "default_image")
             .map(|(_, v)| v)
             .unwrap_or_else(|| DEFAULT_IMAGE.to_string());
@@ -333,6 +350,7 @@ impl Settings {
             network_policy,
             platform,
             secure_access,
+            watch_interval_ms,
         })
     }
 

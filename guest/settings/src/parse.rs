@@ -36,6 +36,17 @@ pub(crate) fn seconds(var: &str, value: &str) -> Result<u32, SettingError> {
     }
 }
 
+/// A whole number of milliseconds within `min..=max`.
+pub(crate) fn millis(var: &str, value: &str, min: u32, max: u32) -> Result<u32, SettingError> {
+    match value.parse::<u32>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(bad(
+            var,
+            format!("`{value}` is not a whole number of milliseconds from {min} to {max}"),
+        )),
+    }
+}
+
 /// A JSON array of strings, or space-separated words.
 pub(crate) fn words(var: &str, value: &str) -> Result<Vec<String>, SettingError> {
     let words: Vec<String> = if value.starts_with('[') {

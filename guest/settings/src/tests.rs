@@ -188,5 +188,21 @@ fn guest_env_excludes_api_key_vars() {
         assert!(!vars.contains(key));
     }
     assert!(!vars.contains(&EXPRESS_KEY_ENV));
-    assert_eq!(SETTINGS.iter().flat_map(|s| s.env.iter()).count(), 20);
+    assert_eq!(SETTINGS.iter().flat_map(|s| s.env.iter()).count(), 21);
+}
+
+#[test]
+fn watch_interval_is_whole_milliseconds_in_range() {
+    let var = "ABX_OPENSANDBOX_WATCH_INTERVAL_MS";
+    assert_eq!(settings(&[]).unwrap().watch_interval_ms, 500);
+    assert_eq!(settings(&[(var, "100")]).unwrap().watch_interval_ms, 100);
+    assert_eq!(
+        settings(&[(var, "60000")]).unwrap().watch_interval_ms,
+        60_000
+    );
+    for bad in ["99", "60001", "0.5", "fast", "-1"] {
+        let e = settings(&[(var, bad)]).unwrap_err();
+        assert_eq!(e.var, var);
+        assert!(e.message.contains("from 100 to 60000"), "{bad}: {e}");
+    }
 }

@@ -308,3 +308,41 @@ fn figures() {
     assert!(p99 <= BOUND, "{took:?}");
     cancel(&host, &req);
 }
+
+/// The interval is a provider setting: a slower watch costs fewer listings and
+/// still reports changes, and a bad value is E2001 naming the variable.
+#[test]
+fn interval_is_a_setting() {
+    let proxy = FaultProxy::testbed();
+    let host = HostBuilder::new(Mode::Proxy)
+        .via(&proxy)
+        .env("ABX_OPENSANDBOX_WATCH_INTERVAL_MS", "2000")
+        .spawn();
+    let id = host.create_sandbox();
+    let dir = fresh_dir(&host, &id);
+    let req = start(&host, &id, &dir, false);
+    let lists = || proxy.count("GET", "/directories/list");
+    let (l0, t0) = (lists(), Instant::now());
+    std::thread::sleep(Duration::from_secs(6));
+    let n = lists() - l0;
+    assert!(
+        (2..=4).contains(&n),
+        "{n} listings in {:?} at a 2 s interval",
+        t0.elapsed()
+    );
+    let path = format!("{dir}/late");
+    let t = Instant::now();
+    std::fs::write(&path, b"x").unwrap();
+    let took = seen(&host, &req, "create", &path, t);
+    assert!(took <= Duration::from_millis(3000), "{took:?}");
+    cancel(&host, &req);
+
+    let bad = HostBuilder::new(Mode::Direct)
+        .env("ABX_OPENSANDBOX_WATCH_INTERVAL_MS", "5")
+        .spawn();
+    let e = bad.fails("sandbox.list", json!({}), "E2001");
+    assert!(
+        e.message.contains("ABX_OPENSANDBOX_WATCH_INTERVAL_MS"),
+        "{e:?}"
+    );
+}
