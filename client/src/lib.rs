@@ -293,22 +293,10 @@ impl Client {
         timeout: Duration,
         pred: impl Fn(&Message) -> bool,
     ) -> Result<Message, WaitError> {
-        let (lock, cvar) = &*self.shared;
-        let deadline = Instant::now() + timeout;
-        let mut state = lock.lock().expect("state lock");
-        loop {
-            if let Some(i) = state.queue.iter().position(&pred) {
-                return Ok(state.queue.remove(i));
-            }
-            if state.closed {
-                return Err(WaitError::Closed);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(WaitError::Timeout);
-            }
-            state = cvar.wait_timeout(state, left).expect("state lock").0;
-        }
+        self.until(timeout, |state| {
+            let i = state.queue.iter().position(&pred)?;
+            Some(state.queue.remove(i))
+        })
     }
 
     /// Claims every queued message up to and including the first, arrived or
@@ -319,23 +307,11 @@ impl Client {
         timeout: Duration,
         pred: impl Fn(&Message) -> bool,
     ) -> Result<Vec<Message>, WaitError> {
-        let (lock, cvar) = &*self.shared;
-        let deadline = Instant::now() + timeout;
-        let mut state = lock.lock().expect("state lock");
-        loop {
-            if let Some(i) = state.queue.iter().position(&pred) {
-                let rest = state.queue.split_off(i + 1);
-                return Ok(std::mem::replace(&mut state.queue, rest));
-            }
-            if state.closed {
-                return Err(WaitError::Closed);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(WaitError::Timeout);
-            }
-            state = cvar.wait_timeout(state, left).expect("state lock").0;
-        }
+        self.until(timeout, |state| {
+            let i = state.queue.iter().position(&pred)?;
+            let rest = state.queue.split_off(i + 1);
+            Some(std::mem::replace(&mut state.queue, rest))
+        })
     }
 
     /// Claims the response to `id`.
@@ -361,19 +337,10 @@ impl Client {
         timeout: Duration,
         pred: impl Fn(&Message) -> bool,
     ) -> Option<Message> {
-        let (lock, cvar) = &*self.shared;
-        let deadline = Instant::now() + timeout;
-        let mut state = lock.lock().expect("state lock");
-        loop {
-            if let Some(m) = state.notes.iter().find(|m| pred(m)) {
-                return Some(m.clone());
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || state.closed {
-                return None;
-            }
-            state = cvar.wait_timeout(state, left).expect("state lock").0;
-        }
+        self.until(timeout, |state| {
+            state.notes.iter().find(|m| pred(m)).cloned()
+        })
+        .ok()
     }
 
     /// Messages arrived and not claimed, in arrival order.
@@ -388,17 +355,35 @@ impl Client {
 
     /// Claims everything the host writes until it closes its output.
     pub fn drain(&self, timeout: Duration) -> Result<Vec<Message>, WaitError> {
+        self.until(timeout, |state| {
+            state.closed.then(|| std::mem::take(&mut state.queue))
+        })
+    }
+
+    /// Waits until `found` finds something in the state (it is asked again
+    /// after each line the host writes), the host closes its output, or
+    /// `timeout` passes.
+    fn until<T>(
+        &self,
+        timeout: Duration,
+        mut found: impl FnMut(&mut State) -> Option<T>,
+    ) -> Result<T, WaitError> {
         let (lock, cvar) = &*self.shared;
         let deadline = Instant::now() + timeout;
         let mut state = lock.lock().expect("state lock");
-        while !state.closed {
+        loop {
+            if let Some(value) = found(&mut state) {
+                return Ok(value);
+            }
+            if state.closed {
+                return Err(WaitError::Closed);
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(WaitError::Timeout);
             }
             state = cvar.wait_timeout(state, left).expect("state lock").0;
         }
-        Ok(std::mem::take(&mut state.queue))
     }
 
     /// Whether the host closed its output.
