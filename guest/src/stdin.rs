@@ -77,8 +77,8 @@ impl PipeStream {
         memo::get(&killed_key(&self.key)).is_some()
     }
 
-    /// After our own kill execd may close the terminal before its exit frame
-    /// arrives: that is the kill's exit, not a broken connection.
+    /// After our own kill execd may close the terminal, or refuse to start it,
+    /// before its exit frame arrives: that is the kill's exit, not a failure.
     fn killed_exit(&self) -> Option<Vec<CommandEvent>> {
         if !self.killed() {
             return None;
@@ -152,6 +152,10 @@ impl PipeStream {
                         }
                         Some("error") => {
                             self.exited.set(true);
+                            // A kill racing the start ends as "pty session is closing".
+                            if let Some(events) = self.killed_exit() {
+                                return Ok(Some(events));
+                            }
                             let code = v.get("code").and_then(|c| c.as_str()).unwrap_or("ERROR");
                             let msg = v
                                 .get("error")
