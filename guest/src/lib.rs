@@ -5,6 +5,7 @@
 //! (`execd`) through `wasi:http` (`http`) and the host's `websocket`.
 
 mod bindings;
+mod code;
 mod commands;
 mod config;
 mod error;
@@ -32,9 +33,9 @@ use bindings::abx::epp::types::{
     Setting,
 };
 use bindings::exports::abx::epp::infra::{
-    self, ByteRange, CodeRequest, CodeResult, CommandLogs, CommandRequest, CommandStatus,
-    CreateRequest, FileInfo, Guest, ListRequest, MountRequest, PortUrl, ProcessInfo, PtyRequest,
-    SandboxInfo, TemplateBuildRequest, TemplateInfo, TransferUrl,
+    self, ByteRange, CodeContext, CodeRequest, CodeResult, CommandLogs, CommandRequest,
+    CommandStatus, CreateRequest, FileInfo, Guest, ListRequest, MountRequest, PortUrl, ProcessInfo,
+    PtyRequest, SandboxInfo, TemplateBuildRequest, TemplateInfo, TransferUrl,
 };
 
 /// Capabilities in EPP/1 order and whether this provider implements them.
@@ -69,6 +70,7 @@ impl Guest for Provider {
     type FileReader = files::FileReader;
     type FileWriter = files::FileWriter;
     type WatchStream = watch::WatchStream;
+    type CodeStream = code::CodeStream;
 
     fn describe() -> ProviderInfo {
         ProviderInfo {
@@ -253,8 +255,33 @@ impl Guest for Provider {
     fn code_run(_: CodeRequest) -> R<CodeResult> {
         Err(unsupported::capability("code.run"))
     }
-    fn code_create_context(_: String, _: Option<String>, _: Option<String>) -> R<String> {
-        Err(unsupported::capability("code.create_context"))
+    fn code_create_context(
+        sandbox_id: String,
+        language: Option<String>,
+        cwd: Option<String>,
+    ) -> R<String> {
+        code::create_context(&sandbox_id, language.as_deref(), cwd.as_deref()).map(|c| c.context_id)
+    }
+    fn code_run_events(req: CodeRequest) -> R<infra::CodeStream> {
+        code::run(req).map(infra::CodeStream::new)
+    }
+    fn code_list_contexts(sandbox_id: String, language: Option<String>) -> R<Vec<CodeContext>> {
+        code::list_contexts(&sandbox_id, language.as_deref())
+    }
+    fn code_get_context(sandbox_id: String, context_id: String) -> R<CodeContext> {
+        code::get_context(&sandbox_id, &context_id)
+    }
+    fn code_remove_context(sandbox_id: String, context_id: String) -> R<()> {
+        code::remove_context(&sandbox_id, &context_id)
+    }
+    fn code_interrupt(sandbox_id: String, context_id: String) -> R<()> {
+        code::interrupt(&sandbox_id, &context_id)
+    }
+    fn code_restart_context(sandbox_id: String, context_id: String) -> R<CodeContext> {
+        code::restart_context(&sandbox_id, &context_id)
+    }
+    fn code_languages(sandbox_id: String) -> R<Vec<String>> {
+        code::languages(&sandbox_id)
     }
     fn templates_list() -> R<Vec<TemplateInfo>> {
         Err(unsupported::capability("templates.list"))

@@ -88,6 +88,12 @@ impl Codec {
         Codec { plans }
     }
 
+    /// Whether the component exports `function` (a function added in a later
+    /// minor version of the world is missing from older components).
+    pub fn exports(&self, function: &str) -> bool {
+        self.plans.contains_key(function)
+    }
+
     fn plan(&self, function: &str) -> Result<&Plan, RpcError> {
         self.plans.get(function).ok_or_else(|| {
             RpcError::fault(format!(

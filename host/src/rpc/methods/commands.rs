@@ -4,7 +4,10 @@
 //! `stdin` (a command whose stdin `commands.send_input` writes) are this
 //! adapter's own.
 
-use super::{CallCtx, Method, codec, drop_resource, guest_res, resource, sandbox_id, take_flag};
+use super::{
+    CallCtx, Method, Running, Started, codec, drop_resource, guest_res, resource, sandbox_id,
+    take_flag,
+};
 use crate::rpc::errors::{EppCode, RpcError};
 use crate::runtime::Instance;
 use crate::runtime::bindings::infra::{CommandEvent, CommandExit};
@@ -197,8 +200,11 @@ async fn follow(
                     match other {
                         CommandEvent::Started(id) => {
                             if kind == Kind::Command {
-                                *ctx.started.lock().expect("lock") =
-                                    Some((sandbox_id.to_string(), id.clone()));
+                                *ctx.started.lock().expect("lock") = Some(Started {
+                                    sandbox_id: sandbox_id.to_string(),
+                                    id: id.clone(),
+                                    kind: Running::Command,
+                                });
                             }
                             if forward {
                                 let mut started = Map::new();

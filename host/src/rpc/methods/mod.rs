@@ -3,6 +3,7 @@
 //! tagged `stream` by the hand-written adapters here, one module per kind of
 //! stream.
 
+mod code;
 mod commands;
 mod files;
 mod pty;
@@ -53,8 +54,8 @@ pub struct CallCtx {
     /// The request's id, echoed in notifications as `request_id`.
     pub id: Value,
     pub max_output_bytes: usize,
-    /// A command this request started, interrupted if the request is abandoned.
-    pub started: Mutex<Option<(String, String)>>,
+    /// What this request set running in a sandbox, stopped if the request is abandoned.
+    pub started: Mutex<Option<Started>>,
     /// Where long-lived work (terminal output pumps) is spawned.
     pub background: Arc<Mutex<tokio::task::JoinSet<()>>>,
     /// Fired once the answer to this request has been queued.
@@ -202,27 +203,58 @@ impl CallCtx {
 
     /// Stops in the sandbox what this request started (after cancel or timeout).
     pub async fn abandon(&self) {
-        let started = self.started.lock().expect("lock").take();
-        if let Some((sandbox_id, command_id)) = started {
-            let kill = async {
-                let mut inst = self.instance().await?;
-                guest!(inst, call_commands_kill, &sandbox_id, &command_id)
-            };
-            match tokio::time::timeout(Duration::from_secs(10), kill).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::warn!(
-                    sandbox_id,
-                    command_id,
-                    outcome = %e.code,
-                    error = %e.wire_message(),
-                    "stopping an abandoned command failed"
-                ),
-                Err(_) => tracing::warn!(
-                    sandbox_id,
-                    command_id,
-                    "stopping an abandoned command timed out"
-                ),
+        let Some(Started {
+            sandbox_id,
+            id,
+            kind,
+        }) = self.started.lock().expect("lock").take()
+        else {
+            return;
+        };
+        let stop = async {
+            let mut inst = self.instance().await?;
+            match kind {
+                Running::Command => guest!(inst, call_commands_kill, &sandbox_id, &id),
+                Running::Code => guest!(inst, call_code_interrupt, &sandbox_id, &id),
             }
+        };
+        let what = kind.what();
+        match tokio::time::timeout(Duration::from_secs(10), stop).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(
+                sandbox_id,
+                id,
+                outcome = %e.code,
+                error = %e.wire_message(),
+                "stopping an abandoned {what} failed"
+            ),
+            Err(_) => tracing::warn!(sandbox_id, id, "stopping an abandoned {what} timed out"),
+        }
+    }
+}
+
+/// Work a request set running in a sandbox, to stop if the request is abandoned.
+pub struct Started {
+    pub sandbox_id: String,
+    /// The command's id, or the context a code run runs in.
+    pub id: String,
+    pub kind: Running,
+}
+
+/// What kind of work `Started` names, and so how to stop it.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub enum Running {
+    /// A command: `commands-kill`.
+    Command,
+    /// A code run: `code-interrupt` on its context (the context stays).
+    Code,
+}
+
+impl Running {
+    fn what(self) -> &'static str {
+        match self {
+            Running::Command => "command",
+            Running::Code => "code run",
         }
     }
 }
@@ -286,7 +318,7 @@ fn resource(method: &Method, ok: Option<Val>) -> Result<ResourceAny, RpcError> {
 fn runs_until_done(method: &Method, params: &Map<String, Value>) -> bool {
     match method.name {
         "commands.run" => params.get("background").and_then(Value::as_bool) != Some(true),
-        "sessions.run" | "files.watch" => true,
+        "sessions.run" | "files.watch" | "code.run" => true,
         _ => false,
     }
 }
@@ -371,6 +403,7 @@ pub async fn call(
     }
     match method.name {
         "commands.run" => commands::run(ctx, method, params).await,
+        "code.run" => code::run(ctx, method, params).await,
         "sessions.run" => commands::session_run(ctx, method, params).await,
         "files.read" => files::read(ctx, parse(name, params)?).await,
         "files.write" => files::write(ctx, parse(name, params)?).await,

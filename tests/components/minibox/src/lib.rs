@@ -35,10 +35,10 @@ use bindings::abx::epp::types::{
     SecretHeader, Setting,
 };
 use bindings::exports::abx::epp::infra::{
-    self, ByteRange, CodeRequest, CodeResult, CommandEvent, CommandLogs, CommandRequest,
-    CommandStatus, CreateRequest, FileEvent, FileInfo, Guest, ListRequest, MountRequest, PortUrl,
-    ProcessInfo, PtyEvent, PtyRequest, SandboxInfo, TemplateBuildRequest, TemplateInfo,
-    TransferUrl,
+    self, ByteRange, CodeContext, CodeEvent, CodeRequest, CodeResult, CommandEvent, CommandLogs,
+    CommandRequest, CommandStatus, CreateRequest, FileEvent, FileInfo, Guest, ListRequest,
+    MountRequest, PortUrl, ProcessInfo, PtyEvent, PtyRequest, SandboxInfo, TemplateBuildRequest,
+    TemplateInfo, TransferUrl,
 };
 use serde_json::{Map, Value, json};
 use std::io::{Read, Write};
@@ -391,6 +391,12 @@ impl infra::GuestFileWriter for Never {
     }
 }
 
+impl infra::GuestCodeStream for Never {
+    fn next(&self) -> R<Option<Vec<CodeEvent>>> {
+        match *self {}
+    }
+}
+
 impl infra::GuestWatchStream for Never {
     fn next(&self) -> R<Option<FileEvent>> {
         match *self {}
@@ -407,6 +413,7 @@ impl Guest for Minibox {
     type FileReader = Never;
     type FileWriter = Never;
     type WatchStream = Never;
+    type CodeStream = Never;
 
     fn describe() -> ProviderInfo {
         ProviderInfo {
@@ -599,6 +606,27 @@ impl Guest for Minibox {
     }
     fn code_create_context(_: String, _: Option<String>, _: Option<String>) -> R<String> {
         Err(unsupported("code-create-context"))
+    }
+    fn code_run_events(_: CodeRequest) -> R<infra::CodeStream> {
+        Err(unsupported("code-run-events"))
+    }
+    fn code_list_contexts(_: String, _: Option<String>) -> R<Vec<CodeContext>> {
+        Err(unsupported("code-list-contexts"))
+    }
+    fn code_get_context(_: String, _: String) -> R<CodeContext> {
+        Err(unsupported("code-get-context"))
+    }
+    fn code_remove_context(_: String, _: String) -> R<()> {
+        Err(unsupported("code-remove-context"))
+    }
+    fn code_interrupt(_: String, _: String) -> R<()> {
+        Err(unsupported("code-interrupt"))
+    }
+    fn code_restart_context(_: String, _: String) -> R<CodeContext> {
+        Err(unsupported("code-restart-context"))
+    }
+    fn code_languages(_: String) -> R<Vec<String>> {
+        Err(unsupported("code-languages"))
     }
     fn templates_list() -> R<Vec<TemplateInfo>> {
         Err(unsupported("templates-list"))

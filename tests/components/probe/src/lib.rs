@@ -54,10 +54,10 @@ use bindings::abx::epp::types::{
 };
 use bindings::abx::epp::{memo, request, websocket};
 use bindings::exports::abx::epp::infra::{
-    self, ByteRange, CodeRequest, CodeResult, CommandEvent, CommandExit, CommandLogs,
-    CommandRequest, CommandStatus, CreateRequest, FileEvent, FileInfo, Guest, ListRequest,
-    MountRequest, PortUrl, ProcessInfo, PtyEvent, PtyRequest, SandboxInfo, TemplateBuildRequest,
-    TemplateInfo, TransferUrl,
+    self, ByteRange, CodeContext, CodeEvent, CodeRequest, CodeResult, CommandEvent, CommandExit,
+    CommandLogs, CommandRequest, CommandStatus, CreateRequest, FileEvent, FileInfo, Guest,
+    ListRequest, MountRequest, PortUrl, ProcessInfo, PtyEvent, PtyRequest, SandboxInfo,
+    TemplateBuildRequest, TemplateInfo, TransferUrl,
 };
 use std::cell::Cell;
 use std::io::Read;
@@ -490,6 +490,15 @@ impl infra::GuestWatchStream for WatchStream {
     }
 }
 
+/// The probe never makes a code stream (it has no code.interpret).
+pub enum NoCode {}
+
+impl infra::GuestCodeStream for NoCode {
+    fn next(&self) -> R<Option<Vec<CodeEvent>>> {
+        match *self {}
+    }
+}
+
 struct Probe;
 
 impl Guest for Probe {
@@ -498,6 +507,7 @@ impl Guest for Probe {
     type FileReader = FileReader;
     type FileWriter = FileWriter;
     type WatchStream = WatchStream;
+    type CodeStream = NoCode;
 
     fn describe() -> ProviderInfo {
         ProviderInfo {
@@ -739,6 +749,27 @@ impl Guest for Probe {
     }
     fn code_create_context(_: String, _: Option<String>, _: Option<String>) -> R<String> {
         Err(unsupported("code-create-context"))
+    }
+    fn code_run_events(_: CodeRequest) -> R<infra::CodeStream> {
+        Err(unsupported("code-run-events"))
+    }
+    fn code_list_contexts(_: String, _: Option<String>) -> R<Vec<CodeContext>> {
+        Err(unsupported("code-list-contexts"))
+    }
+    fn code_get_context(_: String, _: String) -> R<CodeContext> {
+        Err(unsupported("code-get-context"))
+    }
+    fn code_remove_context(_: String, _: String) -> R<()> {
+        Err(unsupported("code-remove-context"))
+    }
+    fn code_interrupt(_: String, _: String) -> R<()> {
+        Err(unsupported("code-interrupt"))
+    }
+    fn code_restart_context(_: String, _: String) -> R<CodeContext> {
+        Err(unsupported("code-restart-context"))
+    }
+    fn code_languages(_: String) -> R<Vec<String>> {
+        Err(unsupported("code-languages"))
     }
     fn templates_list() -> R<Vec<TemplateInfo>> {
         Err(unsupported("templates-list"))

@@ -1,0 +1,202 @@
+//! code.interpret: `code.run` reads a run's events (`code-run-events`, abx:epp
+//! 1.1), forwarded as notifications (`stream: true`: `code.started`,
+//! `code.output`, `code.result`) or collected into one answer. The run's own
+//! exception is part of the answer (`error`), not an error answer: the call
+//! worked, the code raised. A component built against abx:epp 1.0 has only the
+//! collected `code-run`, served as a plain method.
+
+use super::{
+    CallCtx, Method, Running, Started, codec, drop_resource, guest_res, resource, sandbox_id,
+    take_flag,
+};
+use crate::rpc::errors::{EppCode, RpcError};
+use crate::runtime::Instance;
+use crate::runtime::bindings::infra::{CodeError, CodeEvent, CodeOutput};
+use serde_json::{Map, Value, json};
+use wasmtime::component::ResourceAny;
+
+/// This adapter's own param.
+const OWN: [&str; 1] = ["stream"];
+/// The function behind `code.run` since abx:epp 1.1.
+const RUN_EVENTS: &str = "code-run-events";
+
+/// `code.run`: collected, or streamed with `stream: true`.
+pub async fn run(
+    ctx: &CallCtx,
+    method: &Method,
+    mut params: Map<String, Value>,
+) -> Result<Value, RpcError> {
+    let forward = take_flag(method.name, &mut params, "stream")?;
+    if !ctx.codec.exports(RUN_EVENTS) {
+        if forward {
+            return Err(RpcError::unsupported(
+                "code.run with `stream: true`",
+                "exec.stream",
+                &ctx.runtime.info.id,
+            ));
+        }
+        return codec::serve(ctx, method, params).await;
+    }
+    let sandbox_id = sandbox_id(&params);
+    let (mut inst, ok) = codec::invoke(ctx, method, RUN_EVENTS, params, &OWN).await?;
+    let stream = resource(method, ok)?;
+    let result = follow(ctx, &mut inst, stream, &sandbox_id, forward).await;
+    drop_resource(&mut inst, stream).await;
+    result
+}
+
+/// What a collected run keeps, bounded by `--max-output-bytes` in total.
+struct Collected {
+    stdout: String,
+    stderr: String,
+    results: Vec<Value>,
+    room: usize,
+    truncated: bool,
+}
+
+impl Collected {
+    /// Takes `n` bytes of room, or says there is not enough (and marks the cut).
+    fn take(&mut self, n: usize) -> bool {
+        if n <= self.room {
+            self.room -= n;
+            return true;
+        }
+        self.truncated = true;
+        false
+    }
+
+    fn text(&mut self, to_stdout: bool, mut text: String) {
+        if !self.take(text.len()) {
+            let mut cut = self.room;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text.truncate(cut);
+            self.room -= cut;
+        }
+        if to_stdout {
+            self.stdout.push_str(&text)
+        } else {
+            self.stderr.push_str(&text)
+        }
+    }
+
+    /// A rich result is kept whole or not at all (half an image is no image).
+    fn result(&mut self, result: Value, size: usize) {
+        if self.take(size) {
+            self.results.push(result);
+        }
+    }
+}
+
+fn output_json(output: CodeOutput) -> (Value, usize) {
+    let size = output.data.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let data: Map<String, Value> = output
+        .data
+        .into_iter()
+        .map(|(mime, data)| (mime, Value::String(data)))
+        .collect();
+    (
+        json!({"data": data, "is_main_result": output.is_main_result}),
+        size,
+    )
+}
+
+fn error_json(error: CodeError) -> Value {
+    json!({"name": error.name, "value": error.value, "traceback": error.traceback})
+}
+
+/// Drains a run's stream until it finishes.
+async fn follow(
+    ctx: &CallCtx,
+    inst: &mut Instance,
+    stream: ResourceAny,
+    sandbox_id: &str,
+    forward: bool,
+) -> Result<Value, RpcError> {
+    let mut collected = Collected {
+        stdout: String::new(),
+        stderr: String::new(),
+        results: Vec::new(),
+        room: ctx.max_output_bytes,
+        truncated: false,
+    };
+    let mut context_id: Option<String> = None;
+    let mut error: Option<Value> = None;
+    loop {
+        let events = match guest_res!(*inst, code_stream.call_next, stream) {
+            Ok(Some(events)) if !events.is_empty() => events,
+            Ok(batch) => {
+                ctx.abandon().await;
+                return Err(RpcError::fault(if batch.is_none() {
+                    "the provider ended the code run's stream before it finished; its outcome is unknown"
+                } else {
+                    "the provider's code stream returned a batch with no event (it must wait for \
+                     at least one); the run was interrupted; report this provider bug"
+                }));
+            }
+            Err(e) => {
+                // A run that hit its own timeout was interrupted by the provider.
+                if e.code == EppCode::TimedOut {
+                    ctx.started.lock().expect("lock").take();
+                }
+                ctx.abandon().await;
+                return Err(e);
+            }
+        };
+        for event in events {
+            match event {
+                CodeEvent::Started(id) => {
+                    *ctx.started.lock().expect("lock") = Some(Started {
+                        sandbox_id: sandbox_id.to_string(),
+                        id: id.clone(),
+                        kind: Running::Code,
+                    });
+                    if forward {
+                        ctx.notify("code.started", json!({"context_id": id})).await;
+                    }
+                    context_id = Some(id);
+                }
+                CodeEvent::Stdout(text) | CodeEvent::Stderr(text) if text.is_empty() => {}
+                CodeEvent::Stdout(text) if forward => {
+                    ctx.notify("code.output", json!({"stream": "stdout", "data": text}))
+                        .await
+                }
+                CodeEvent::Stderr(text) if forward => {
+                    ctx.notify("code.output", json!({"stream": "stderr", "data": text}))
+                        .await
+                }
+                CodeEvent::Stdout(text) => collected.text(true, text),
+                CodeEvent::Stderr(text) => collected.text(false, text),
+                CodeEvent::Rich(output) => {
+                    let (result, size) = output_json(output);
+                    if forward {
+                        ctx.notify("code.result", result).await;
+                    } else {
+                        collected.result(result, size);
+                    }
+                }
+                CodeEvent::Error(e) => error = Some(error_json(e)),
+                CodeEvent::Finished(execution_count) => {
+                    ctx.started.lock().expect("lock").take();
+                    let mut answer = json!({
+                        "context_id": context_id,
+                        "execution_count": execution_count,
+                    });
+                    if let Some(error) = error {
+                        answer["error"] = error;
+                    }
+                    if !forward {
+                        answer["stdout"] = json!(collected.stdout);
+                        answer["stderr"] = json!(collected.stderr);
+                        answer["results"] = Value::Array(collected.results);
+                        if collected.truncated {
+                            answer["truncated"] = json!(true);
+                        }
+                    }
+                    return Ok(answer);
+                }
+            }
+        }
+    }
+}
