@@ -19,7 +19,7 @@ const DEFAULT_FILE_MODE: u32 = 0o644;
 /// Mode of new directories.
 const DIR_MODE: u32 = 0o755;
 /// Large transfers: a silent minute means trouble.
-const TRANSFER: Timeouts = Timeouts {
+pub(crate) const TRANSFER: Timeouts = Timeouts {
     connect: Duration::from_secs(10),
     first_byte: Duration::from_secs(300),
     between_bytes: Duration::from_secs(120),
@@ -44,7 +44,7 @@ fn mode_to_execd(bits: u32) -> u32 {
     format!("{bits:o}").parse().unwrap_or(0)
 }
 
-fn file_info(raw: ExecdFileInfo) -> FileInfo {
+pub(crate) fn file_info(raw: ExecdFileInfo) -> FileInfo {
     let name = raw
         .path
         .trim_end_matches('/')
@@ -87,7 +87,7 @@ fn missing(
     }
 }
 
-fn info_of(execd: &mut Execd, path: &str) -> Result<FileInfo> {
+pub(crate) fn info_of(execd: &mut Execd, path: &str) -> Result<FileInfo> {
     let query = format!("/files/info?path={}", encode(path));
     let resp = execd.send(|e| e.request("GET", &query), &[])?;
     let resp = execd
@@ -401,33 +401,41 @@ struct WriterState {
     epilogue: Vec<u8>,
 }
 
-/// Multipart framing around the file bytes; OpenSandbox pairs a `metadata`
-/// part with a `file` part, and both must be file parts.
-fn multipart(path: &str, mode: u32) -> (String, Vec<u8>, Vec<u8>) {
-    let boundary = format!(
+/// A fresh multipart boundary (random, so no file content can contain it by chance).
+pub(crate) fn boundary() -> String {
+    format!(
         "epp-{:016x}{:016x}",
         wasip2::random::random::get_random_u64(),
         wasip2::random::random::get_random_u64()
-    );
+    )
+}
+
+/// The parts in front of one file's bytes: OpenSandbox pairs a `metadata` part
+/// with a `file` part, and both must be file parts.
+pub(crate) fn pair_head(boundary: &str, path: &str, mode: u32) -> String {
     let metadata = serde_json::to_string(&UploadMetadata {
         path,
         mode: mode_to_execd(mode),
     })
     .expect("serialisable");
-    let preamble = format!(
+    format!(
         "--{boundary}\r\nContent-Disposition: form-data; name=\"metadata\"; filename=\"metadata\"\r\n\
          Content-Type: application/json\r\n\r\n{metadata}\r\n\
          --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"file\"\r\n\
          Content-Type: application/octet-stream\r\n\r\n"
-    );
-    // Nothing after the close delimiter (RFC 2046 allows an empty epilogue): a
-    // server may answer as soon as it has parsed it, and bytes it never reads
-    // would race that answer on a kept-alive connection.
-    let epilogue = format!("\r\n--{boundary}--");
-    (boundary, preamble.into_bytes(), epilogue.into_bytes())
+    )
 }
 
-pub fn write(sandbox_id: &str, path: &str, size: u64, mode: Option<u32>) -> Result<FileWriter> {
+/// What ends the last file's bytes and the body. Nothing after the close
+/// delimiter (RFC 2046 allows an empty epilogue): a server may answer as soon
+/// as it has parsed it, and bytes it never reads would race that answer on a
+/// kept-alive connection.
+pub(crate) fn close(boundary: &str) -> String {
+    format!("\r\n--{boundary}--")
+}
+
+/// Checks a file path to write and the mode to give it (the default when none).
+pub(crate) fn check_write(path: &str, mode: Option<u32>) -> Result<u32> {
     check_path(path)?;
     if path.ends_with('/') {
         return Err(invalid(format!(
@@ -436,10 +444,19 @@ pub fn write(sandbox_id: &str, path: &str, size: u64, mode: Option<u32>) -> Resu
     }
     let mode = mode.unwrap_or(DEFAULT_FILE_MODE);
     if mode > 0o7777 {
-        return Err(invalid(format!("mode {mode:o} is not a permission mode")));
+        return Err(invalid(format!(
+            "mode {mode:o} of {path} is not a permission mode"
+        )));
     }
+    Ok(mode)
+}
+
+pub fn write(sandbox_id: &str, path: &str, size: u64, mode: Option<u32>) -> Result<FileWriter> {
+    let mode = check_write(path, mode)?;
     let execd = Execd::connect(sandbox_id)?;
-    let (boundary, preamble, epilogue) = multipart(path, mode);
+    let boundary = boundary();
+    let preamble = pair_head(&boundary, path, mode).into_bytes();
+    let epilogue = close(&boundary).into_bytes();
     let total = preamble.len() as u64 + size + epilogue.len() as u64;
     let req = execd
         .request("POST", "/files/upload")?

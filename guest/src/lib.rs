@@ -11,6 +11,7 @@ mod config;
 mod error;
 mod execd;
 mod files;
+mod files_many;
 mod http;
 mod lifecycle;
 mod lines;
@@ -216,6 +217,9 @@ impl Guest for Provider {
         mode: Option<u32>,
     ) -> R<infra::FileWriter> {
         files::write(&sandbox_id, &path, size, mode).map(infra::FileWriter::new)
+    }
+    fn files_write_many(sandbox_id: String, files: Vec<infra::FileUpload>) -> R<Vec<FileInfo>> {
+        files_many::write_many(&sandbox_id, files)
     }
     fn files_list(sandbox_id: String, path: String, depth: u32) -> R<Vec<FileInfo>> {
         files::list(&sandbox_id, &path, depth)

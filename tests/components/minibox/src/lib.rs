@@ -571,6 +571,9 @@ impl Guest for Minibox {
     fn files_write(_: String, _: String, _: u64, _: Option<u32>) -> R<infra::FileWriter> {
         Err(unsupported("files-write"))
     }
+    fn files_write_many(_: String, _: Vec<infra::FileUpload>) -> R<Vec<FileInfo>> {
+        Err(unsupported("files-write-many"))
+    }
     fn files_list(_: String, _: String, _: u32) -> R<Vec<FileInfo>> {
         Err(unsupported("files-list"))
     }
