@@ -84,6 +84,14 @@ logger = logging.getLogger("opensandbox_testbed.runtime")
 EXECD_PORT = 44772
 PORT_FILE_NAME = ".execd-port"
 
+# The code-interpreter image (sandboxes/code-interpreter in OpenSandbox): its ENV points
+# execd at a Jupyter server (JUPYTER_HOST/JUPYTER_TOKEN, read by execd's flags) that its
+# entrypoint script starts on 127.0.0.1:$JUPYTER_PORT. Here the port is a free one per
+# sandbox (they share the host's network) and the script is server/code_interpreter.sh.
+CODE_INTERPRETER_REPO = "opensandbox/code-interpreter"
+CODE_INTERPRETER_ENTRYPOINT = "/opt/code-interpreter/code-interpreter.sh"
+CODE_INTERPRETER_LAUNCHER = Path(__file__).resolve().parent / "code_interpreter.sh"
+
 # Variables of the server's environment that reach the sandbox's processes (a
 # container starts from its image's environment, not the daemon's; PATH and the
 # locale are what keep ordinary commands working on the host).
@@ -100,6 +108,8 @@ class TestbedSettings:
     execd_bin: Path
     instance: str
     execd_ready_timeout: float = 30.0
+    # venv holding jupyter_server and the "python" kernelspec (testbed setup).
+    jupyter_venv: Optional[Path] = None
 
 
 _settings: Optional[TestbedSettings] = None
@@ -146,6 +156,22 @@ def _image_display_name(uri: str) -> str:
         return uri
     last = uri.rsplit("/", 1)[-1]
     return uri if ":" in last else f"{uri}:latest"
+
+
+def is_code_interpreter(uri: Optional[str]) -> bool:
+    """``[registry/]opensandbox/code-interpreter[:tag][@digest]``."""
+    if not uri:
+        return False
+    repo = uri.split("@", 1)[0]
+    last = repo.rsplit("/", 1)[-1]
+    repo = repo[: len(repo) - len(last)] + last.split(":", 1)[0]
+    return repo == CODE_INTERPRETER_REPO or repo.endswith("/" + CODE_INTERPRETER_REPO)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _rmtree(path: Path) -> None:
@@ -406,10 +432,13 @@ class LocalProcessSandboxService(DockerDiagnosticsMixin, SandboxService, Extensi
         patched = request.model_copy(update={"env": sandbox_env or None})
         return await asyncio.to_thread(self._provision, sandbox_id, patched, created_at, expires_at)
 
-    def _sandbox_environment(self, sandbox_id: str, workdir: Path, docker_env: list[str]) -> dict[str, str]:
+    def _sandbox_environment(self, sandbox_id: str, workdir: Path, docker_env: list[str],
+                             image_uri: Optional[str]) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items()
                if (k in _PASSED_ENV or k.startswith(_PASSED_ENV_PREFIXES)) and k not in _BLOCKED_ENV}
         env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        if is_code_interpreter(image_uri):
+            env.update(self._code_interpreter_image_env(env["PATH"]))
         # The container environment the Docker service would set: [docker].sandbox_env,
         # the request's env, OPENSANDBOX_ID (and EXECD_INIT when configured).
         for entry in docker_env:
@@ -427,13 +456,14 @@ class LocalProcessSandboxService(DockerDiagnosticsMixin, SandboxService, Extensi
         workdir = self._boxes_dir / sandbox_id
         workdir.mkdir(mode=0o700)
         log_path = self._logs_dir / f"{sandbox_id}.log"
-        env = self._sandbox_environment(sandbox_id, workdir, docker_env)
+        image_uri = request.image.uri if request.image else None
+        env = self._sandbox_environment(sandbox_id, workdir, docker_env, image_uri)
         box = _Box(
             id=sandbox_id,
             workdir=workdir,
             log_path=log_path,
             labels=labels,
-            image_uri=request.image.uri if request.image else None,
+            image_uri=image_uri,
             entrypoint=list(request.entrypoint or []),
             environment=env,
             created_at=created_at,
@@ -493,7 +523,7 @@ class LocalProcessSandboxService(DockerDiagnosticsMixin, SandboxService, Extensi
 
             # The container's main process: bootstrap.sh starts execd, then execs the entrypoint.
             try:
-                box.main = subprocess.Popen(box.entrypoint, **popen_kwargs)
+                box.main = subprocess.Popen(self._entrypoint_argv(box), **popen_kwargs)
             except OSError as exc:
                 log.write(f"testbed: cannot run entrypoint {box.entrypoint!r}: {exc}\n".encode())
                 # What the shell in bootstrap.sh would exit with.
@@ -502,6 +532,26 @@ class LocalProcessSandboxService(DockerDiagnosticsMixin, SandboxService, Extensi
                 return
             box.event(f"start entrypoint pid={box.main.pid}")
             self._watch(box, box.main, "entrypoint")
+
+    def _code_interpreter_image_env(self, path: str) -> dict[str, str]:
+        """The image's ENV: where execd finds Jupyter, and `jupyter`/`python` on PATH."""
+        port = _free_port()
+        env = {
+            "JUPYTER_HOST": f"http://127.0.0.1:{port}",
+            "JUPYTER_PORT": str(port),
+            "JUPYTER_TOKEN": os.urandom(12).hex(),
+        }
+        if self._settings.jupyter_venv is not None:
+            env["PATH"] = f"{self._settings.jupyter_venv / 'bin'}:{path}"
+        return env
+
+    def _entrypoint_argv(self, box: _Box) -> list[str]:
+        """The image's own entrypoint script becomes the testbed's Jupyter launcher; any
+        other entrypoint runs as given (then no Jupyter runs, as in the image)."""
+        argv = list(box.entrypoint)
+        if is_code_interpreter(box.image_uri) and argv and argv[0] == CODE_INTERPRETER_ENTRYPOINT:
+            return [str(CODE_INTERPRETER_LAUNCHER), *argv[1:]]
+        return argv
 
     def _watch(self, box: _Box, proc: subprocess.Popen, role: str) -> None:
         def _wait() -> None:

@@ -131,6 +131,8 @@ def main() -> int:
     key.add_argument("--no-api-key", action="store_true")
     parser.add_argument("--log-level", default=os.environ.get("TESTBED_LOG_LEVEL", "INFO"))
     parser.add_argument("--execd-ready-timeout", type=float, default=30.0)
+    parser.add_argument("--jupyter-venv", help="venv with jupyter_server and the Python kernel "
+                        "(code-interpreter sandboxes); without it their entrypoint cannot start")
     parser.add_argument("--eip", help="[server] eip: the host of the endpoints the server hands out "
                         "(a loopback address other than --host: execd's port is published there too)")
     parser.add_argument("--proxy-resolve-internal", choices=["true", "false"], default="true",
@@ -172,6 +174,7 @@ def main() -> int:
         execd_bin=execd,
         instance=args.instance,
         execd_ready_timeout=args.execd_ready_timeout,
+        jupyter_venv=Path(args.jupyter_venv).resolve() if args.jupyter_venv else None,
     )
     apply_patches(settings)
 
