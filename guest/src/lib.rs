@@ -52,7 +52,7 @@ pub const CAPABILITIES: &[(&str, Capabilities, bool)] = &[
     ("ports.url", Capabilities::PORTS_URL, true),
     ("files.watch", Capabilities::FILES_WATCH, true),
     ("files.transfer", Capabilities::FILES_TRANSFER, true),
-    ("code.interpret", Capabilities::CODE_INTERPRET, false),
+    ("code.interpret", Capabilities::CODE_INTERPRET, true),
     ("templates.read", Capabilities::TEMPLATES_READ, false),
     ("templates.build", Capabilities::TEMPLATES_BUILD, false),
     ("ports.domain", Capabilities::PORTS_DOMAIN, false),
@@ -256,8 +256,8 @@ impl Guest for Provider {
     fn files_download_url(sandbox_id: String, path: String) -> R<TransferUrl> {
         transfer::download_url(&sandbox_id, &path)
     }
-    fn code_run(_: CodeRequest) -> R<CodeResult> {
-        Err(unsupported::capability("code.run"))
+    fn code_run(req: CodeRequest) -> R<CodeResult> {
+        code::run_collected(req)
     }
     fn code_create_context(
         sandbox_id: String,

@@ -127,13 +127,19 @@ pub struct ExecErrorBody {
     pub traceback: Vec<String>,
 }
 
-/// One event of execd's command stream.
+/// One event of execd's command (or code) stream.
 #[derive(Deserialize, Debug)]
 pub struct ExecEvent {
     #[serde(rename = "type")]
     pub kind: String,
     pub text: Option<String>,
     pub error: Option<ExecErrorBody>,
+    /// `execution_count` events of `/code`.
+    #[serde(default)]
+    pub execution_count: Option<i64>,
+    /// `result` events of `/code`: a Jupyter MIME bundle.
+    #[serde(default)]
+    pub results: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 #[derive(Deserialize, Debug)]

@@ -7,9 +7,6 @@ use crate::error::unsupported;
 /// Why each unsupported method is missing, and what to use instead.
 fn reason(method: &str) -> &'static str {
     match method {
-        "code.run" | "code.create_context" => {
-            "this provider does not drive the code-interpreter's Jupyter API; run code with commands.run"
-        }
         "templates.list" | "templates.get" => {
             "OpenSandbox has no template registry; templates are image names (see ABX_OPENSANDBOX_IMAGE_ALIASES)"
         }
