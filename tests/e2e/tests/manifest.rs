@@ -110,7 +110,7 @@ fn manifest_describes_the_signed_component() {
     assert_eq!(caps["pty"], true);
     assert_eq!(caps["files.watch"], true);
     assert_eq!(caps["files.transfer"], true);
-    assert_eq!(caps["code.interpret"], false);
+    assert_eq!(caps["code.interpret"], true);
 
     let settings = m["settings"].as_array().unwrap();
     let api_key = settings.iter().find(|s| s["name"] == "api_key").unwrap();
@@ -140,7 +140,7 @@ fn manifest_describes_the_signed_component() {
 fn inspect_flags_a_manifest_that_does_not_match() {
     let release = Release::new();
     let mut m = read_json(&release.manifest());
-    m["capabilities"]["code.interpret"] = Value::Bool(true);
+    m["capabilities"]["templates.build"] = Value::Bool(true);
     std::fs::write(release.manifest(), m.to_string()).unwrap();
     let (ok, report) = release.inspect();
     assert!(!ok, "inspect must fail on a manifest that lies");
