@@ -23,7 +23,10 @@ pub struct Cli {
 pub enum Command {
     /// Serve EPP/1 on stdin/stdout until end of input or `epp.shutdown`.
     Run {
-        /// The provider component (.wasm).
+        /// The provider component: a .wasm file, or
+        /// `oci://REGISTRY/NAME:TAG` / `oci://REGISTRY/NAME@sha256:DIGEST` to
+        /// pull it (digests checked, signature verified before compiling,
+        /// cached by digest).
         wasm: PathBuf,
         #[command(flatten)]
         host: HostArgs,
@@ -31,7 +34,7 @@ pub enum Command {
     /// Send one request, print the result (and streaming notifications) and exit
     /// non-zero on error.
     Call {
-        /// The provider component (.wasm).
+        /// The provider component: a .wasm file or an `oci://` reference (as `run`).
         wasm: PathBuf,
         /// EPP method, e.g. `sandbox.list`.
         method: String,
@@ -101,6 +104,60 @@ pub enum Command {
         #[arg(long, short = 'K')]
         public_key: Option<PathBuf>,
     },
+    /// Publish a signed component to an OCI registry as a Wasm artifact
+    /// (config `application/vnd.wasm.config.v0+json`, layer `application/wasm`)
+    /// annotated with the provider's id, version and capabilities from its
+    /// provider.json. Prints the pinned reference (`…@sha256:…`).
+    Push {
+        /// The signed provider component (.wasm).
+        wasm: PathBuf,
+        /// Where to: `oci://REGISTRY/NAME:TAG`.
+        reference: String,
+        /// The component's release manifest (default: provider.json beside it).
+        #[arg(long, value_name = "PATH")]
+        manifest: Option<PathBuf>,
+        /// The `org.opencontainers.image.source` annotation (default: this
+        /// project's repository).
+        #[arg(long, value_name = "URL")]
+        source: Option<String>,
+        /// Push a component that carries no signature (only to test that
+        /// hosts refuse it).
+        #[arg(long)]
+        allow_unsigned: bool,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Publish the WIT package `abx:epp` (the contract this host speaks, or
+    /// the one in --wit DIR) as a Wasm WIT package, at
+    /// `REGISTRY[/PREFIX]/abx/epp:VERSION`, so another host can fetch the
+    /// contract by name and version.
+    PushWit {
+        /// `oci://REGISTRY` or `oci://REGISTRY/PREFIX`.
+        registry_prefix: String,
+        /// A WIT directory (with deps/) to publish instead of the built-in contract.
+        #[arg(long, value_name = "DIR")]
+        wit: Option<PathBuf>,
+        /// The `org.opencontainers.image.source` annotation.
+        #[arg(long, value_name = "URL")]
+        source: Option<String>,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Fetch an artifact (a component or a WIT package) from a registry into a
+    /// file, its digests checked; prints its manifest digest. No signature
+    /// check: `run` does that every time.
+    Pull {
+        /// `oci://REGISTRY/NAME:TAG` or `…@sha256:DIGEST`.
+        reference: String,
+        /// Where to write the .wasm.
+        #[arg(long, short = 'o', value_name = "PATH")]
+        output: PathBuf,
+        /// The download cache (default `$XDG_CACHE_HOME/epp-host`).
+        #[arg(long, value_name = "DIR", env = "EPP_HOST_CACHE_DIR")]
+        cache_dir: Option<PathBuf>,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
     /// Check that a component is signed by one of the trusted keys.
     Verify {
         /// Component to check.
@@ -123,11 +180,23 @@ pub struct TrustArgs {
     pub trust_file: Option<PathBuf>,
 }
 
+/// How registries are reached.
+#[derive(Debug, Args, Clone, Default)]
+pub struct RegistryArgs {
+    /// A registry (`host[:port]`, as in the reference) reached over plain
+    /// HTTP, and allowed although it is on this machine (repeatable). Without
+    /// it a registry is HTTPS only and a local one is refused.
+    #[arg(long = "insecure-registry", value_name = "HOST[:PORT]")]
+    pub insecure_registries: Vec<String>,
+}
+
 /// Everything that shapes how a provider runs.
 #[derive(Debug, Args, Clone)]
 pub struct HostArgs {
     #[command(flatten)]
     pub trust: TrustArgs,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
     /// Run a component that is unsigned or not signed by a trusted key.
     /// For development only; says so loudly on stderr.
     #[arg(long)]
@@ -184,6 +253,9 @@ impl HostArgs {
                     trusted_keys,
                     trust_file,
                 },
+            registry: RegistryArgs {
+                insecure_registries,
+            },
             allow_unsigned,
             cache_dir,
             no_cache,
@@ -207,6 +279,9 @@ impl HostArgs {
         }
         if let Some(file) = trust_file {
             flag("--trust-file", file.into());
+        }
+        for registry in insecure_registries {
+            flag("--insecure-registry", registry.into());
         }
         if let Some(dir) = cache_dir {
             flag("--cache-dir", dir.into());
@@ -261,6 +336,8 @@ mod tests {
                 "--trust-file",
                 "keys",
                 "--allow-unsigned",
+                "--insecure-registry",
+                "127.0.0.1:5000",
                 "--cache-dir",
                 "/c",
                 "--allow-host",

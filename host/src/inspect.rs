@@ -14,9 +14,9 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// The world a provider must implement.
+/// The world a provider built for this host implements (older 1.x worlds
+/// are served too: `runtime::contract`).
 pub const WORLD: &str = "abx:epp/provider@1.1.0";
-const INFRA_EXPORT: &str = "abx:epp/infra@1.1.0";
 /// The manifest `inspect` looks for next to the component.
 pub const MANIFEST_FILE: &str = "provider.json";
 
@@ -142,7 +142,8 @@ pub async fn run(
         ),
     };
     let grant_ok = grant.is_null() || grant["error"].is_null();
-    let world = exports.iter().any(|e| e == INFRA_EXPORT).then_some(WORLD);
+    let world = loaded.as_ref().ok().map(|rt| rt.contract.world());
+    let contract = loaded.as_ref().ok().map(contract_view);
     // The manifest view names only signers this host verified.
     let trusted = match &status {
         SignatureStatus::Trusted(ids) => ids.clone(),
@@ -174,6 +175,7 @@ pub async fn run(
         "sha256": hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&wasm)),
         "signature": {"status": status.describe(), "trusted": matches!(status, SignatureStatus::Trusted(_)), "key_ids": signer},
         "world": world,
+        "contract": contract,
         "provider": provider,
         "imports": imports,
         "exports": exports,
@@ -219,6 +221,27 @@ fn check_manifest_file(path: &Path, wasm: &[u8], derived: Option<&Manifest>) -> 
     })
 }
 
+/// Which `abx:epp` the component was built against and what follows for it
+/// here: an older one is served by name, without what it cannot have, and
+/// (having no `needs()`) gets its secret settings in its environment.
+fn contract_view(rt: &Runtime) -> Value {
+    let secrets: Vec<&str> = rt
+        .info
+        .settings
+        .iter()
+        .filter(|s| s.secret)
+        .map(|s| s.name.as_str())
+        .collect();
+    let current = rt.contract.is_current();
+    json!({
+        "built_against": format!("abx:epp@{}", rt.contract.version),
+        "host_speaks": format!("abx:epp@{}", crate::runtime::contract::current()),
+        "current": current,
+        "not_served": rt.not_served,
+        "secrets_in_component_environment": if current { Vec::new() } else { secrets },
+    })
+}
+
 fn print_text(r: &Value) {
     let s = |v: &Value| v.as_str().unwrap_or("-").to_string();
     println!("file:       {} ({} bytes)", s(&r["file"]), r["size"]);
@@ -230,6 +253,7 @@ fn print_text(r: &Value) {
             .as_str()
             .unwrap_or("(does not export abx:epp/infra)")
     );
+    print_contract(&r["contract"]);
     if r["provider"].is_object() {
         println!(
             "provider:   {} {}",
@@ -257,6 +281,39 @@ fn print_text(r: &Value) {
     print_manifest(r);
     if let Some(e) = r["error"].as_str() {
         println!("error:      {e}");
+    }
+}
+
+/// The contract version, and for an older one what this host does about it.
+fn print_contract(c: &Value) {
+    if !c.is_object() {
+        return;
+    }
+    println!(
+        "contract:   built against {}; this host speaks {}",
+        c["built_against"].as_str().unwrap_or("-"),
+        c["host_speaks"].as_str().unwrap_or("-")
+    );
+    if c["current"] == json!(true) {
+        return;
+    }
+    println!(
+        "            older contract: no needs(), so no origin and no secret headers; it \
+         reaches only --allow-host destinations"
+    );
+    let not_served = strings(&c["not_served"]);
+    if !not_served.is_empty() {
+        println!(
+            "            not served here (E8004): {}",
+            not_served.join(", ")
+        );
+    }
+    let secrets = strings(&c["secrets_in_component_environment"]);
+    if !secrets.is_empty() {
+        println!(
+            "            WARNING: its secret settings ({}) are in its environment: it sends them itself",
+            secrets.join(", ")
+        );
     }
 }
 

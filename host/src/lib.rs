@@ -9,6 +9,7 @@ pub mod inspect;
 pub mod log;
 pub mod manifest;
 pub mod net;
+pub mod oci;
 pub mod options;
 pub mod rpc;
 pub mod runtime;

@@ -4,10 +4,12 @@
 use anyhow::{Context, Result};
 use clap::Parser;
 use epp_host::cli::{self, Cli, Command, HostArgs};
+use epp_host::oci::credentials::EnvSnapshot;
+use epp_host::oci::reference::OciRef;
 use epp_host::rpc::outbox::Outbox;
 use epp_host::rpc::server::Server;
 use epp_host::runtime::{self, Runtime};
-use epp_host::{call, config, inspect, manifest, signing};
+use epp_host::{call, config, inspect, manifest, oci, signing};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -53,7 +55,51 @@ fn main() -> ExitCode {
             public_keys,
             output,
         } => async_main(manifest::run(wasm, public_keys, output)),
-        Command::Run { wasm, host } => async_main(run(wasm, host)),
+        Command::Run { wasm, host } => {
+            // Before any thread starts: registry credentials leave the
+            // environment the component's is made from.
+            let env = EnvSnapshot::take();
+            async_main(run(wasm, host, env))
+        }
+        Command::Push {
+            wasm,
+            reference,
+            manifest,
+            source,
+            allow_unsigned,
+            registry,
+        } => async_main(async move {
+            oci::commands::push(
+                &wasm,
+                &reference,
+                manifest,
+                source,
+                allow_unsigned,
+                &registry,
+            )
+            .await
+            .map(|()| ExitCode::SUCCESS)
+        }),
+        Command::PushWit {
+            registry_prefix,
+            wit,
+            source,
+            registry,
+        } => async_main(async move {
+            oci::commands::push_wit(&registry_prefix, wit, source, &registry)
+                .await
+                .map(|()| ExitCode::SUCCESS)
+        }),
+        Command::Pull {
+            reference,
+            output,
+            cache_dir,
+            registry,
+        } => async_main(async move {
+            oci::commands::pull_to_file(&reference, &output, cache_dir.as_deref(), &registry)
+                .await
+                .map(|()| ExitCode::SUCCESS)
+        }),
         Command::Call {
             wasm,
             method,
@@ -92,10 +138,35 @@ fn verify(wasm: &Path, trust: &cli::TrustArgs) -> Result<ExitCode> {
     })
 }
 
+/// The component's bytes, verified against the trusted keys: from a file, or
+/// pulled from a registry (then what ran is logged: reference, digests, signer).
+async fn verified(wasm: &Path, host: &HostArgs, env: &EnvSnapshot) -> Result<Vec<u8>> {
+    let Some(reference) = OciRef::from_arg(wasm) else {
+        let bytes = std::fs::read(wasm).with_context(|| format!("reading {}", wasm.display()))?;
+        signing::enforce(wasm, &bytes, &host.trust, host.allow_unsigned)?;
+        return Ok(bytes);
+    };
+    let reference = reference?;
+    let pulled =
+        oci::commands::fetch(&reference, &host.registry, host.cache_dir.as_deref(), env).await?;
+    let named = Path::new(wasm);
+    let status = signing::enforce(named, &pulled.wasm, &host.trust, host.allow_unsigned)
+        .with_context(|| format!("{reference} (manifest {})", pulled.manifest_digest))?;
+    tracing::info!(
+        reference = %reference,
+        manifest = %pulled.manifest_digest,
+        component = %pulled.layer_digest,
+        "running {} ({}), {}",
+        reference.with_digest(&pulled.manifest_digest),
+        pulled.origin,
+        status.describe()
+    );
+    Ok(pulled.wasm)
+}
+
 /// Reads, verifies and loads a component for `run`.
-async fn load(wasm: &Path, host: &HostArgs) -> Result<Arc<Runtime>> {
-    let bytes = std::fs::read(wasm).with_context(|| format!("reading {}", wasm.display()))?;
-    signing::enforce(wasm, &bytes, &host.trust, host.allow_unsigned)?;
+async fn load(wasm: &Path, host: &HostArgs, env: &EnvSnapshot) -> Result<Arc<Runtime>> {
+    let bytes = verified(wasm, host, env).await?;
     let options = config::load_options(host, bytes)?;
     let runtime = Runtime::load(options).await?;
     let (cache, what) = match runtime.cache {
@@ -111,8 +182,8 @@ async fn load(wasm: &Path, host: &HostArgs) -> Result<Arc<Runtime>> {
     Ok(Arc::new(runtime))
 }
 
-async fn run(wasm: std::path::PathBuf, host: HostArgs) -> Result<ExitCode> {
-    let runtime = load(&wasm, &host).await?;
+async fn run(wasm: std::path::PathBuf, host: HostArgs, env: EnvSnapshot) -> Result<ExitCode> {
+    let runtime = load(&wasm, &host, &env).await?;
     let (out, writer) = Outbox::wire(tokio::io::stdout());
     let server = Server::new(runtime, out, config::serve_options(&host));
     server.serve(tokio::io::stdin()).await;

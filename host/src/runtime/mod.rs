@@ -9,10 +9,15 @@
 //! pooling allocator, sharing that grant. Until the first instance serves a
 //! request, an EPP client's `provider_options` may replace the grant
 //! ([`Runtime::reconfigure`]); from then on it is fixed.
+//!
+//! Components built against an older `abx:epp` 1.x are served too
+//! (`contract`): they have no `needs()`, so the host makes their needs from
+//! `describe()` (see [`older_needs`]).
 
 pub mod bindings;
 pub mod cache;
 pub mod capabilities;
+pub mod contract;
 pub mod engine;
 mod imports;
 pub mod limits;
@@ -23,12 +28,13 @@ use anyhow::{Context, Result, bail};
 use bindings::abx::epp::types::ProviderNeeds;
 use bindings::{Provider, ProviderInfo, ProviderPre};
 use cache::CacheOutcome;
+use contract::Contract;
 use limits::Limits;
 use state::{Shared, StoreState};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::{Component, HasSelf, InstancePre, Linker};
 use wasmtime::{Engine, Store, UpdateDeadline};
 
 /// What the operator grants a provider, decided from what it declares.
@@ -71,20 +77,39 @@ pub struct LoadOptions {
     pub grant: GrantFn,
 }
 
+/// How instances get their typed bindings.
+enum Typed {
+    /// The component has the current world's shape.
+    Native(ProviderPre<StoreState>),
+    /// An older component, served by name; the inert stand-in gives each
+    /// instance the typed bindings' shape (`contract::stand_in`).
+    StandIn {
+        component: InstancePre<StoreState>,
+        stand_in: ProviderPre<StoreState>,
+    },
+}
+
 /// A loaded provider.
 pub struct Runtime {
     engine: Engine,
     component: Component,
-    pre: ProviderPre<StoreState>,
+    pre: Typed,
+    /// The `abx:epp` version the component was built against.
+    pub contract: Contract,
+    /// Capabilities the component says it supports that this host cannot
+    /// serve for its (older) contract version; answered E8004.
+    pub not_served: Vec<String>,
     /// What every instance shares; replaced only by `reconfigure`, before `sealed`.
     shared: RwLock<Arc<Shared>>,
     /// Set when the first instance that serves a request is made.
     sealed: AtomicBool,
     grant: GrantFn,
     limits: Limits,
-    /// The provider's own description (`describe`).
+    /// The provider's own description (`describe`; for an older component,
+    /// with `not_served` capabilities marked unsupported).
     pub info: ProviderInfo,
-    /// What the provider needs from its host (`needs`).
+    /// What the provider needs from its host (`needs`, or made by the host
+    /// for an older component: [`older_needs`]).
     pub needs: ProviderNeeds,
     pub cache: CacheOutcome,
 }
@@ -143,32 +168,78 @@ impl Runtime {
     /// asks it what it is and needs, and applies the grant `opts.grant` makes
     /// of that.
     pub async fn load(opts: LoadOptions) -> Result<Runtime> {
-        let engine = engine::build(&opts.limits, opts.instances)?;
+        let contract = Contract::of(&opts.wasm)?;
+        // An older component's instances come with a stand-in: two slots each.
+        let slots = match contract.is_current() {
+            true => opts.instances,
+            false => opts.instances.saturating_mul(2),
+        };
+        let engine = engine::build(&opts.limits, slots)?;
         let (component, cache) = cache::load(&engine, &opts.wasm, opts.cache_dir.as_deref())
             .context("compiling the provider component")?;
-        let pre = linker(&engine)?
+        let linker = linker(&engine)?;
+        let pre = linker
             .instantiate_pre(&component)
             .map_err(anyhow::Error::from)
-            .context("the component imports something this host does not provide")?;
-        let pre = ProviderPre::new(pre)
-            .map_err(anyhow::Error::from)
-            .context("the component does not implement abx:epp/provider")?;
+            .with_context(|| {
+                format!(
+                    "the component ({}) imports something this host does not provide",
+                    contract.world()
+                )
+            })?;
+        let typed = if contract.is_current() {
+            Typed::Native(
+                ProviderPre::new(pre)
+                    .map_err(anyhow::Error::from)
+                    .with_context(|| {
+                        format!("the component does not implement {}", contract.world())
+                    })?,
+            )
+        } else {
+            let (stand_in, _) =
+                cache::load(&engine, contract::stand_in()?, opts.cache_dir.as_deref())
+                    .context("compiling the stand-in for an older component")?;
+            let stand_in = ProviderPre::new(linker.instantiate_pre(&stand_in)?)?;
+            Typed::StandIn {
+                component: pre,
+                stand_in,
+            }
+        };
         // describe() and needs() must do no I/O: the instance that answers
         // them may reach nothing and sees no environment.
         let nothing = Arc::new(Shared::new(NetPolicy::deny_all(), Vec::new(), opts.limits));
-        let mut inst = instantiate(&engine, &pre, nothing).await?;
-        let infra = inst.provider.abx_epp_infra();
-        let info = infra
-            .call_describe(&mut inst.store)
-            .await
-            .map_err(anyhow::Error::from)
-            .context("the provider's describe() failed")?;
-        let needs = infra
-            .call_needs(&mut inst.store)
-            .await
-            .map_err(anyhow::Error::from)
-            .context("the provider's needs() failed")?;
+        let mut inst = instantiate(&engine, &typed, nothing).await?;
+        let (info, needs, not_served) = match &typed {
+            Typed::Native(_) => {
+                let infra = inst.provider.abx_epp_infra();
+                let info = infra
+                    .call_describe(&mut inst.store)
+                    .await
+                    .map_err(anyhow::Error::from)
+                    .context("the provider's describe() failed")?;
+                let needs = infra
+                    .call_needs(&mut inst.store)
+                    .await
+                    .map_err(anyhow::Error::from)
+                    .context("the provider's needs() failed")?;
+                (info, needs, Vec::new())
+            }
+            Typed::StandIn { .. } => {
+                let info = describe_by_name(&component, &contract, &mut inst).await?;
+                let exports = |function: &str| exports_function(&component, &contract, function);
+                older_needs(info, &exports)
+            }
+        };
         drop(inst);
+        if !not_served.is_empty() {
+            tracing::warn!(
+                contract = %contract.world(),
+                "the component was built against abx:epp@{}: not served by this host for that \
+                 version (E8004): {}",
+                contract.version,
+                not_served.join(", ")
+            );
+        }
         check_capabilities(&info, &needs)?;
         let granted = (opts.grant)(&info, &needs, &[])
             .with_context(|| format!("refusing to run provider `{}`", info.id))?;
@@ -176,7 +247,9 @@ impl Runtime {
         Ok(Runtime {
             engine,
             component,
-            pre,
+            pre: typed,
+            contract,
+            not_served,
             shared: RwLock::new(shared),
             sealed: AtomicBool::new(false),
             grant: opts.grant,
@@ -224,12 +297,18 @@ impl Runtime {
         let mut inst = instantiate(&self.engine, &self.pre, shared.clone())
             .await
             .map_err(Reconfigure::Refused)?;
-        match inst
-            .provider
-            .abx_epp_infra()
-            .call_check_settings(&mut inst.store)
-            .await
-        {
+        // An older component has no check-settings(): it meets its settings
+        // when it uses them.
+        let checked = match self.pre {
+            Typed::Native(_) => {
+                inst.provider
+                    .abx_epp_infra()
+                    .call_check_settings(&mut inst.store)
+                    .await
+            }
+            Typed::StandIn { .. } => Ok(Ok(())),
+        };
+        match checked {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(Reconfigure::Invalid(e)),
             Err(trap) => {
@@ -269,11 +348,7 @@ impl Runtime {
 }
 
 /// A fresh store and instance, with the memory cap and CPU budget in place.
-async fn instantiate(
-    engine: &Engine,
-    pre: &ProviderPre<StoreState>,
-    shared: Arc<Shared>,
-) -> Result<Instance> {
+async fn instantiate(engine: &Engine, typed: &Typed, shared: Arc<Shared>) -> Result<Instance> {
     let limits = shared.limits;
     let mut store = Store::new(engine, StoreState::new(shared));
     store.limiter(|s| &mut s.limiter);
@@ -286,13 +361,100 @@ async fn instantiate(
         }
         Ok(UpdateDeadline::Yield(1))
     });
-    let raw = pre.instance_pre().instantiate_async(&mut store).await?;
-    let provider = Provider::new(&mut store, &raw)?;
+    let (raw, provider) = match typed {
+        Typed::Native(pre) => {
+            let raw = pre.instance_pre().instantiate_async(&mut store).await?;
+            let provider = Provider::new(&mut store, &raw)?;
+            (raw, provider)
+        }
+        Typed::StandIn {
+            component,
+            stand_in,
+        } => {
+            let raw = component.instantiate_async(&mut store).await?;
+            let stand_in = stand_in
+                .instance_pre()
+                .instantiate_async(&mut store)
+                .await?;
+            let provider = Provider::new(&mut store, &stand_in)?;
+            (raw, provider)
+        }
+    };
     Ok(Instance {
         store,
         provider,
         raw,
     })
+}
+
+/// Calls an older component's `describe()` by name (its record has the same
+/// shape in every 1.x, which the typed call checks).
+async fn describe_by_name(
+    component: &Component,
+    contract: &Contract,
+    inst: &mut Instance,
+) -> Result<ProviderInfo> {
+    let describe = component
+        .get_export_index(None, &contract.infra_export())
+        .and_then(|infra| component.get_export_index(Some(&infra), "describe"))
+        .with_context(|| {
+            format!(
+                "the component's {} has no describe()",
+                contract.infra_export()
+            )
+        })?;
+    let func = inst
+        .raw
+        .get_typed_func::<(), (ProviderInfo,)>(&mut inst.store, &describe)
+        .map_err(anyhow::Error::from)
+        .context("the component's describe() has another type than abx:epp 1.x's")?;
+    let (info,) = func
+        .call_async(&mut inst.store, ())
+        .await
+        .map_err(anyhow::Error::from)
+        .context("the provider's describe() failed")?;
+    Ok(info)
+}
+
+/// Whether an older component's infra export has `function`.
+fn exports_function(component: &Component, contract: &Contract, function: &str) -> bool {
+    component
+        .get_export_index(None, &contract.infra_export())
+        .and_then(|infra| component.get_export_index(Some(&infra), function))
+        .is_some()
+}
+
+/// What the host grants a component that predates `needs()` (abx:epp 1.0),
+/// from its `describe()`: the capabilities this host can serve for it (only
+/// plain methods it exports; the rest are marked unsupported and returned
+/// as not served), no origin and no secret headers. So it reaches only what
+/// the operator allows (`--allow-host`, nothing else), and its settings,
+/// secrets included, are in its environment as it reads them: a 1.0
+/// component was written to send its API key itself. `inspect` says so.
+fn older_needs(
+    mut info: ProviderInfo,
+    exports: &dyn Fn(&str) -> bool,
+) -> (ProviderInfo, ProviderNeeds, Vec<String>) {
+    let mut flags = bindings::Capabilities::empty();
+    let mut not_served = Vec::new();
+    for c in info.capabilities.iter_mut().filter(|c| c.supported) {
+        match capabilities::flag(&c.name) {
+            Some(flag) if contract::served_without_adapters(&c.name, exports) => flags |= flag,
+            _ => {
+                c.supported = false;
+                not_served.push(c.name.clone());
+            }
+        }
+    }
+    let needs = ProviderNeeds {
+        capabilities: flags,
+        origin: Vec::new(),
+        origin_host_any_port: false,
+        allow_hosts_env: Vec::new(),
+        secret_headers: Vec::new(),
+        generic_settings: Vec::new(),
+    };
+    (info, needs, not_served)
 }
 
 /// `describe()` lists capabilities by name, `needs()` as flags: a provider
