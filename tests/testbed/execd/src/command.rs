@@ -471,6 +471,20 @@ pub async fn run(st: Arc<State>, req: Request<Incoming>) -> Resp {
     }
 }
 
+/// `POST /code` without a context language (execd's `runtime.Command`): `code` runs as a
+/// shell command with `/command`'s events (`background-command`: in the background).
+pub(crate) fn run_code(st: Arc<State>, code: String, background: bool) -> Resp {
+    let r = RunCommandRequest {
+        command: Some(code),
+        ..Default::default()
+    };
+    if background {
+        run_background(st, r, envs_from_file())
+    } else {
+        run_foreground(st, r, envs_from_file())
+    }
+}
+
 fn bad_request(msg: String) -> Resp {
     h::error(StatusCode::BAD_REQUEST, INVALID_REQUEST, msg)
 }
@@ -487,7 +501,7 @@ fn timeout_of(r: &RunCommandRequest) -> Option<Duration> {
 
 /// Sends a keep-alive `ping` every 3 s until aborted (pings stop by themselves once the
 /// client is gone, like execd's request-scoped ping loop).
-fn spawn_pinger(tx: UnboundedSender<Bytes>) -> tokio::task::JoinHandle<()> {
+pub(crate) fn spawn_pinger(tx: UnboundedSender<Bytes>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut t = tokio::time::interval_at(
             tokio::time::Instant::now() + Duration::from_secs(3),

@@ -4,9 +4,13 @@
 //!
 //! Usage: execd-standin --listen 127.0.0.1:<port|0> [--port-file PATH] [--access-token TOKEN]
 
+mod code;
+mod code_events;
 mod command;
 mod files;
 mod glob;
+mod jupyter;
+mod kernel_channel;
 mod metrics;
 mod paths;
 mod proxy;
@@ -49,6 +53,8 @@ pub struct State {
     commands: command::Registry,
     ptys: pty::Registry,
     sessions: Arc<session::Registry>,
+    /// Code contexts, on the Jupyter server named by `JUPYTER_HOST`/`JUPYTER_TOKEN`.
+    code: code::Registry,
 }
 
 struct Args {
@@ -145,6 +151,7 @@ async fn main() {
         commands: command::Registry::default(),
         ptys: pty::Registry::default(),
         sessions: Arc::default(),
+        code: code::Registry::from_env(),
     });
 
     let st = state.clone();
@@ -278,12 +285,13 @@ async fn route(st: Arc<State>, req: Request<Incoming>) -> Resp {
         }
         (&Method::DELETE, ["session", id]) => session::delete(&st.sessions, id),
 
-        // Jupyter code contexts exist in real execd but not here.
-        (_, ["code", ..]) => web::error(
-            StatusCode::NOT_IMPLEMENTED,
-            "NOT_SUPPORTED",
-            "not implemented by execd-standin",
-        ),
+        (&Method::POST, ["code"]) => code::run(st, req).await,
+        (&Method::DELETE, ["code"]) => code::interrupt(st, &q).await,
+        (&Method::POST, ["code", "context"]) => code::create_context(st, req).await,
+        (&Method::GET, ["code", "contexts"]) => code::list(&st, &q),
+        (&Method::DELETE, ["code", "contexts"]) => code::delete_by_language(&st, &q).await,
+        (&Method::GET, ["code", "contexts", id]) => code::get(&st, id),
+        (&Method::DELETE, ["code", "contexts", id]) => code::delete(&st, id).await,
         _ => web::response(
             StatusCode::NOT_FOUND,
             Some("text/plain"),
