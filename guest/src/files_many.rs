@@ -3,6 +3,7 @@
 //! order, each file atomically, stopping at the first failure; then one
 //! `GET /files/info` with every path (in batches when the query grows long).
 
+use crate::bindings::abx::epp::types::EppError;
 use crate::bindings::exports::abx::epp::infra::{FileInfo, FileUpload};
 use crate::error::{self, Result, invalid, upstream};
 use crate::execd::Execd;
@@ -112,11 +113,7 @@ fn upload(execd: &Execd, boundary: &str, parts: &[Part]) -> Result<Response> {
 /// messages ("error copying file PATH. …"), so the longest listed path that the
 /// message holds is the one (a shorter one may be its prefix; execd writes `~`
 /// expanded).
-fn refused(
-    execd: &Execd,
-    resp: Response,
-    files: &[FileUpload],
-) -> crate::bindings::abx::epp::types::EppError {
+fn refused(execd: &Execd, resp: Response, files: &[FileUpload]) -> EppError {
     let status = resp.status;
     let body = resp.read_all(64 * 1024).unwrap_or_default();
     let text = String::from_utf8_lossy(&body);
@@ -127,18 +124,24 @@ fn refused(
         .max_by_key(|(_, f)| f.path.len());
     let n = files.len();
     let subject = match failed {
+        Some((i, f)) => format!("{} (file {} of {n})", f.path, i + 1),
+        None => format!("the upload of {n} files"),
+    };
+    let mut e = error::status(status, &body, execd.target(), &subject);
+    let stopped = match failed {
         Some((i, f)) => format!(
-            "{} (file {} of {n}; the files before it in the list were written, it and the ones \
-             after it were not)",
+            "files.write stopped at {} (file {} of {n}): the files before it in the list were \
+             written, it and the ones after it were not",
             f.path,
             i + 1
         ),
         None => format!(
-            "the upload of {n} files (execd stops at the first file that fails: the files \
-             before it in the list were written, it and the ones after it were not)"
+            "files.write of {n} files failed at a file execd did not name: the files before it \
+             in the list were written, it and the ones after it were not"
         ),
     };
-    error::status(status, &body, execd.target(), &subject)
+    e.message = format!("{stopped}; {}", e.message);
+    e
 }
 
 /// The files' info in list order, from as few `GET /files/info` as the query

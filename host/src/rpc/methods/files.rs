@@ -6,7 +6,7 @@ use super::{CallCtx, drop_resource, guest, guest_res};
 use crate::rpc::codec::decode;
 use crate::rpc::errors::RpcError;
 use crate::runtime::Instance;
-use crate::runtime::bindings::infra::ByteRange;
+use crate::runtime::bindings::infra::{ByteRange, FileInfo, FileType, FileUpload};
 use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -38,10 +38,23 @@ pub struct ReadParams {
     length: Option<u64>,
 }
 
+/// `files.write`: one file (`path`, `content`) or several in one call (`files`).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WriteParams {
     sandbox_id: String,
+    path: Option<String>,
+    content: Option<String>,
+    #[serde(default)]
+    encoding: Encoding,
+    mode: Option<Value>,
+    files: Option<Vec<FileParams>>,
+}
+
+/// One file of `files.write` with `files`: the single-file params less `sandbox_id`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileParams {
     path: String,
     content: String,
     #[serde(default)]
@@ -142,26 +155,55 @@ fn too_big(path: &str, cap: usize) -> RpcError {
 
 pub async fn write(ctx: &CallCtx, p: WriteParams) -> Result<Value, RpcError> {
     let method = "files.write";
-    let mode = p
-        .mode
-        .as_ref()
-        .map(|m| decode::mode(m, "mode"))
-        .transpose()
-        .map_err(|e| RpcError::invalid_params(method, e))?;
-    let bytes = match p.encoding {
-        Encoding::Utf8 => p.content.into_bytes(),
-        Encoding::Base64 => base64::engine::general_purpose::STANDARD
-            .decode(&p.content)
-            .map_err(|e| {
-                RpcError::invalid_params(method, format!("`content` is not valid base64 ({e})"))
-            })?,
+    let bad = |e: String| RpcError::invalid_params(method, e);
+    let (sandbox_id, file) = match p {
+        WriteParams {
+            files: Some(files),
+            path: None,
+            content: None,
+            mode: None,
+            encoding: Encoding::Utf8,
+            sandbox_id,
+        } => return write_many(ctx, sandbox_id, files).await,
+        WriteParams { files: Some(_), .. } => {
+            return Err(bad(
+                "`files` lists every file with its own `path`, `content`, \
+                 `encoding` and `mode`; leave those out of the params themselves"
+                    .into(),
+            ));
+        }
+        WriteParams {
+            path: Some(path),
+            content: Some(content),
+            sandbox_id,
+            encoding,
+            mode,
+            files: None,
+        } => (
+            sandbox_id,
+            FileParams {
+                path,
+                content,
+                encoding,
+                mode,
+            },
+        ),
+        _ => {
+            return Err(bad(
+                "give `path` and `content` (one file), or `files`: a list of \
+                 {path, content, encoding?, mode?} (several files in one call)"
+                    .into(),
+            ));
+        }
     };
+    let path = file.path.clone();
+    let (bytes, mode) = file.decode("").map_err(bad)?;
     let mut inst = ctx.instance().await?;
     let writer = guest!(
         inst,
         call_files_write,
-        &p.sandbox_id,
-        &p.path,
+        &sandbox_id,
+        &path,
         bytes.len() as u64,
         mode
     )?;
@@ -180,4 +222,77 @@ pub async fn write(ctx: &CallCtx, p: WriteParams) -> Result<Value, RpcError> {
     .await;
     drop_resource(&mut inst, writer).await;
     result
+}
+
+impl FileParams {
+    /// The bytes to write and the mode; `at` says which file a message is about.
+    fn decode(self, at: &str) -> Result<(Vec<u8>, Option<u32>), String> {
+        let mode = self
+            .mode
+            .as_ref()
+            .map(|m| decode::mode(m, &format!("{at}mode")))
+            .transpose()?;
+        let bytes = match self.encoding {
+            Encoding::Utf8 => self.content.into_bytes(),
+            Encoding::Base64 => base64::engine::general_purpose::STANDARD
+                .decode(&self.content)
+                .map_err(|e| format!("`{at}content` is not valid base64 ({e})"))?,
+        };
+        Ok((bytes, mode))
+    }
+}
+
+/// The function behind `files.write` with `files` (abx:epp 1.1).
+const WRITE_MANY: &str = "files-write-many";
+
+/// `files.write` with `files`: one call of `files-write-many`, answered as
+/// `{files: [file-info, …]}` in list order.
+async fn write_many(
+    ctx: &CallCtx,
+    sandbox_id: String,
+    files: Vec<FileParams>,
+) -> Result<Value, RpcError> {
+    let uploads = files
+        .into_iter()
+        .enumerate()
+        .map(|(i, file)| {
+            let at = format!("files[{i}].");
+            let path = file.path.clone();
+            let (content, mode) = file.decode(&at).map_err(|e| {
+                RpcError::invalid_params("files.write", format!("{e} (file {path})"))
+            })?;
+            Ok(FileUpload {
+                path,
+                content,
+                mode,
+            })
+        })
+        .collect::<Result<Vec<_>, RpcError>>()?;
+    let mut inst = ctx.instance().await?;
+    let infos = guest!(inst, call_files_write_many, &sandbox_id, &uploads)?;
+    drop(uploads);
+    let list = Val::List(infos.into_iter().map(file_info_val).collect());
+    Ok(json!({"files": ctx.codec.to_json(WRITE_MANY, list)?}))
+}
+
+/// A typed file-info as the value the codec answers (the same JSON as every
+/// other method's file-info).
+fn file_info_val(info: FileInfo) -> Val {
+    let kind = match info.type_ {
+        FileType::File => "file",
+        FileType::Directory => "directory",
+        FileType::Symlink => "symlink",
+        FileType::Other => "other",
+    };
+    let text = |s: Option<String>| Val::Option(s.map(|s| Box::new(Val::String(s))));
+    Val::Record(vec![
+        ("path".into(), Val::String(info.path)),
+        ("name".into(), Val::String(info.name)),
+        ("type".into(), Val::Enum(kind.into())),
+        ("size".into(), Val::U64(info.size)),
+        ("mode".into(), Val::U32(info.mode)),
+        ("owner".into(), text(info.owner)),
+        ("group".into(), text(info.group)),
+        ("modified-at".into(), text(info.modified_at)),
+    ])
 }
