@@ -8,6 +8,9 @@
 # jupyter_server's, so plain `jupyter server` serves it. Its root is the working directory
 # (the sandbox folder here, /workspace in the image): Jupyter resolves a session's
 # path, and so a code context's cwd, below it.
+# Jupyter's IOPub rate limits stay at their defaults, as in the image (1000 messages/s and
+# 1 MB/s over 3 s: more output is dropped, with an "IOPub data rate exceeded" stderr
+# event); TESTBED_JUPYTER_LIMIT_RATE=0 in the sandbox's env turns them off (testbed knob).
 set -euo pipefail
 : "${JUPYTER_PORT:?JUPYTER_PORT is not set (not a code-interpreter sandbox?)}"
 : "${JUPYTER_TOKEN:?JUPYTER_TOKEN is not set}"
@@ -17,4 +20,5 @@ command -v jupyter >/dev/null || {
 }
 exec jupyter server --no-browser --allow-root \
 	--ServerApp.ip=127.0.0.1 --ServerApp.port="$JUPYTER_PORT" --ServerApp.port_retries=0 \
-	--ServerApp.token="$JUPYTER_TOKEN" --ServerApp.root_dir="$PWD"
+	--ServerApp.token="$JUPYTER_TOKEN" --ServerApp.root_dir="$PWD" \
+	--ZMQChannelsWebsocketConnection.limit_rate="$([[ ${TESTBED_JUPYTER_LIMIT_RATE:-1} == 0 ]] && echo False || echo True)"

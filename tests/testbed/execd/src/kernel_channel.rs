@@ -4,12 +4,16 @@
 //! costs no handshake and no jupyter_server "nudge", and routes the messages that arrive
 //! while a run is active to that run.
 
+use std::os::fd::AsRawFd;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::SystemTime;
 
 use futures::{SinkExt, StreamExt};
 use serde_json::json;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
@@ -45,7 +49,7 @@ impl KernelChannel {
         let config = WebSocketConfig::default()
             .max_message_size(None)
             .max_frame_size(None);
-        let (ws, _) = tokio_tungstenite::client_async_with_config(url, tcp, Some(config))
+        let (ws, _) = tokio_tungstenite::client_async_with_config(url, QuickAck(tcp), Some(config))
             .await
             .map_err(|e| fail(&e))?;
         let (mut sink, mut stream) = ws.split();
@@ -146,5 +150,60 @@ impl KernelChannel {
                 "stop_on_error": true,
             }),
         )
+    }
+}
+
+/// The TCP connection to Jupyter with delayed ACKs off. jupyter_server (tornado) writes
+/// each kernel message as its own small segment without TCP_NODELAY, so Nagle holds the
+/// next one until ours is ACKed: a delayed ACK (40 ms) per run when runs follow each other.
+/// Linux clears TCP_QUICKACK by itself, so it is set again after every read.
+struct QuickAck(TcpStream);
+
+impl QuickAck {
+    fn ack_quickly(&self) {
+        let one: libc::c_int = 1;
+        // SAFETY: setsockopt on our own open socket with a valid int option value.
+        unsafe {
+            libc::setsockopt(
+                self.0.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_QUICKACK,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+}
+
+impl AsyncRead for QuickAck {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.0).poll_read(cx, buf);
+        if r.is_ready() {
+            this.ack_quickly();
+        }
+        r
+    }
+}
+
+impl AsyncWrite for QuickAck {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
     }
 }
