@@ -56,6 +56,8 @@ impl Artifact {
             );
         }
         let world = wit_package::component_world(&wasm)?;
+        // From the component itself: a manifest may predate its contract version.
+        let contract = crate::runtime::contract::Contract::of(&wasm)?.world();
         let capabilities: Vec<&str> = manifest
             .capabilities
             .0
@@ -76,7 +78,7 @@ impl Artifact {
             ),
             (ANNOTATION_PROVIDER_ID.into(), manifest.id.clone()),
             (ANNOTATION_CAPABILITIES.into(), capabilities.join(",")),
-            (ANNOTATION_WORLD.into(), manifest.wit_world.clone()),
+            (ANNOTATION_WORLD.into(), contract),
             (ANNOTATION_SIGNERS.into(), manifest.signer_key_ids.join(",")),
         ]);
         Ok(Artifact {

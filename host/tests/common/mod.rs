@@ -14,6 +14,8 @@
 
 #![allow(dead_code)]
 
+pub mod registry;
+
 use epp_client::{Client, Options};
 use serde_json::{Value, json};
 use std::ffi::OsString;
