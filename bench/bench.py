@@ -11,6 +11,7 @@ drift in the machine's load spreads over all of them.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -32,6 +33,11 @@ STREAM_LINE = 1024
 STREAM_CMD = (f"L=$(head -c {STREAM_LINE - 1} /dev/zero | tr '\\0' x); "
               f"yes \"$L\" | head -c {STREAM_BYTES}")
 FILE_BYTES = 32 << 20
+# Workload 11: small files written in one call vs one call each.
+MANY_FILES = 100
+SMALL_FILE = 4 << 10
+# Workload 12: through the transfer URLs with curl.
+TRANSFER_BYTES = 256 << 20
 # Sandboxes for workloads 2-5 are created with execd's grace period off: real
 # execd (and the stand-in) keep a command's response open 1 s after its last
 # event, and the Python SDK reads to the end, which would hide every other cost.
@@ -228,6 +234,52 @@ class Bench:
             self.record("idle", c, {"rss_kib": r.get("host_rss_kib", r["rss_kib"]),
                                     "hwm_kib": r.get("host_hwm_kib", r["hwm_kib"])})
 
+    # ------------------------------------------------------------ issue 15: files
+
+    def files_many(self, rnd: int) -> None:
+        """W11: 100 files of 4 KiB in one call vs 100 calls (epp-host's `files.write
+        {files}`, the SDK's `write_files`), and each single write's and read's latency."""
+        for c in self.order(rnd, ("epp", "sdk")):
+            a = {"sandbox": self.box[0], "n": MANY_FILES, "size": SMALL_FILE,
+                 "dir": f"/tmp/epp-bench-many-{os.getpid()}-{c}"}
+            r = self.drive(c, "files_many", a)
+            self.record("files_many", c, {k: r[k] for k in ("one_call_us", "calls_us", "write_us", "read_us")})
+
+    def transfer_source(self) -> tuple[str, str]:
+        """The local file curl uploads (made once) and its sha256."""
+        if not hasattr(self, "transfer_src"):
+            sys.path.insert(0, os.path.join(HERE, "drivers"))
+            from common import file_content
+            self.transfer_src = os.path.join(self.cache_dir, "transfer.src")
+            data = file_content(TRANSFER_BYTES)
+            with open(self.transfer_src, "wb") as f:
+                f.write(data)
+            self.transfer_sha = hashlib.sha256(data).hexdigest()
+        return self.transfer_src, self.transfer_sha
+
+    def transfer(self, rnd: int) -> None:
+        """W12: 256 MiB up and down through `files.upload_url` / `download_url` with
+        curl vs the raw client's own upload and download; sha256 checked at both ends
+        (the testbed's sandboxes share this machine's file system)."""
+        src, sha = self.transfer_source()
+        for c in self.order(rnd, ("epp", "raw")):
+            path = f"/tmp/epp-bench-transfer-{os.getpid()}-{c}.bin"
+            dst = os.path.join(self.cache_dir, "transfer.dst")
+            if c == "epp":
+                r = self.drive(c, "transfer", {"sandbox": self.box[0], "path": path, "src": src, "dst": dst})
+            else:
+                r = self.drive(c, "files", {"endpoint": self.endpoint[0], "path": path, "size": TRANSFER_BYTES})
+            ends = [path] + ([dst] if c == "epp" else [])
+            for end in ends:
+                with open(end, "rb") as f:
+                    got = hashlib.file_digest(f, "sha256").hexdigest()
+                if got != sha:
+                    raise RuntimeError(f"{c} transfer: sha256 of {end} is {got}, not {sha}")
+                os.unlink(end)
+            mib = TRANSFER_BYTES >> 20
+            self.record("transfer", c, {"write_mib_s": mib / r["write_s"], "read_mib_s": mib / r["read_s"],
+                                        "sha256_ok": len(ends)})
+
     # ------------------------------------------------------------ the run
 
     def machine(self) -> dict:
@@ -268,6 +320,7 @@ class Bench:
             "cycles": self.o.cycles, "reps_start": self.o.reps_start,
             "watch_writes": self.o.watch_writes, "watch_idle": self.o.watch_idle,
             "stream_bytes": STREAM_BYTES, "stream_line": STREAM_LINE, "file_bytes": FILE_BYTES,
+            "many_files": MANY_FILES, "small_file": SMALL_FILE, "transfer_bytes": TRANSFER_BYTES,
         }
         log("creating the shared sandboxes")
         made = [self.create_sandbox(NO_GRACE) for _ in range(8)]
@@ -281,7 +334,8 @@ class Bench:
                  ("files", self.files), ("concurrency", self.concurrent),
                  ("create/kill cycle", self.cycle), ("round trip, default grace", self.run_true_grace),
                  ("sessions.run round trip", self.session_run), ("stdin round trip", self.stdin_round_trip),
-                 ("files.watch latency", self.watch)]
+                 ("files.watch latency", self.watch), ("100 small files", self.files_many),
+                 ("256 MiB through transfer URLs", self.transfer)]
         if self.o.only:
             keep = set(self.o.only.split(","))
             steps = [(n, st) for n, st in steps if st.__name__ in keep]
@@ -325,7 +379,7 @@ def main() -> None:
     p.add_argument("--watch-idle", type=float, default=6.0,
                    help="workload 10: seconds an idle watch's requests are counted (short rounds)")
     p.add_argument("--only", default="", help="comma list of steps (cold_start, idle, run_true, stream, files, "
-                   "concurrent, cycle, run_true_grace, session_run, stdin_round_trip, watch); "
+                   "concurrent, cycle, run_true_grace, session_run, stdin_round_trip, watch, files_many, transfer); "
                    "the report needs all of them")
     Bench(p.parse_args()).main()
 

@@ -415,9 +415,65 @@ def w_watch(host: Host, a: dict) -> dict:
     return out
 
 
+# ---------------------------------------------------------------- issue 15: files
+
+
+def w_files_many(host: Host, a: dict) -> dict:
+    """W11: `n` small files (`size` bytes each) written with one `files.write {files}`
+    and with `n` single `files.write`s (each timed: the small-file p50), then read
+    back one by one (each timed)."""
+    box, n, size, root = a["sandbox"], a["n"], a["size"], a["dir"]
+    run_true(host, box)
+    content = file_content(size).decode()
+    files = [{"path": f"{root}/one-call/f{i}.txt", "content": content} for i in range(n)]
+    host.call("files.write", {"sandbox_id": box, "files": files[:1]})  # the directory exists
+    t = ns()
+    answer = host.call("files.write", {"sandbox_id": box, "files": files})
+    one_call_us = (ns() - t) // 1000
+    if len(answer["files"]) != n or any(f["size"] != size for f in answer["files"]):
+        raise RuntimeError("files.write with files answered other files than were written")
+    write_us, read_us = [], []
+    for i in range(n):
+        t = ns()
+        host.call("files.write", {"sandbox_id": box, "path": f"{root}/calls/f{i}.txt", "content": content})
+        write_us.append((ns() - t) // 1000)
+    for i in range(n):
+        t = ns()
+        got = host.call("files.read", {"sandbox_id": box, "path": f"{root}/calls/f{i}.txt"})
+        read_us.append((ns() - t) // 1000)
+        if got["content"] != content:
+            raise RuntimeError("files.read returned other content than was written")
+    host.call("commands.run", {"sandbox_id": box, "cmd": f"rm -rf '{root}'"})
+    return {"one_call_us": one_call_us, "calls_us": sum(write_us), "write_us": write_us, "read_us": read_us}
+
+
+def curl(method: str, url: str, headers: dict, out: str, *extra: str) -> float:
+    """Seconds one curl process takes for a request (start-up included, as a user pays it)."""
+    argv = ["curl", "-sS", "--fail", "-X", method, url, "-o", out]
+    for k, v in headers.items():
+        argv += ["-H", f"{k}: {v}"]
+    t = ns()
+    subprocess.run(argv + list(extra), check=True)
+    return (ns() - t) / 1e9
+
+
+def w_transfer(host: Host, a: dict) -> dict:
+    """W12: `files.upload_url` / `files.download_url`, then curl alone moves the
+    local file `src` up to `path` and back down to `dst` (curl's own flags as
+    README shows them; the URLs are asked for before the clock starts)."""
+    box, path = a["sandbox"], a["path"]
+    up = host.call("files.upload_url", {"sandbox_id": box, "path": path})
+    down = host.call("files.download_url", {"sandbox_id": box, "path": path})
+    meta = json.dumps({"path": path, "mode": 644})
+    write_s = curl(up["method"], up["url"], up["headers"], "/dev/null",
+                   "-F", f"metadata={meta};filename=metadata;type=application/json", "-F", f"file=@{a['src']}")
+    read_s = curl(down["method"], down["url"], down["headers"], a["dst"])
+    return {"write_s": write_s, "read_s": read_s}
+
+
 WORKLOADS = {"idle": w_idle, "run": w_run, "stream": w_stream, "files": w_files,
              "concurrent": w_concurrent, "cycle": w_cycle, "session": w_session, "stdin": w_stdin,
-             "watch": w_watch}
+             "watch": w_watch, "files_many": w_files_many, "transfer": w_transfer}
 
 
 def main() -> None:

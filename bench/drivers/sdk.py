@@ -132,8 +132,36 @@ async def w_session(a: dict) -> dict:
     return {"lat_us": lat}
 
 
+async def w_files_many(a: dict) -> dict:
+    """W11: `n` small files with one `write_files` and with `n` single ones
+    (each timed), then read back one by one (each timed)."""
+    sandbox = await Sandbox.connect(a["sandbox"], connection_config=config())
+    await run_true(sandbox)
+    n, size, root = a["n"], a["size"], a["dir"]
+    content = file_content(size)
+    entries = [WriteEntry(path=f"{root}/one-call/f{i}.txt", data=content, mode=644) for i in range(n)]
+    await sandbox.files.write_files(entries[:1])
+    t = ns()
+    await sandbox.files.write_files(entries)
+    one_call_us = (ns() - t) // 1000
+    write_us, read_us = [], []
+    for i in range(n):
+        t = ns()
+        await sandbox.files.write_files([WriteEntry(path=f"{root}/calls/f{i}.txt", data=content, mode=644)])
+        write_us.append((ns() - t) // 1000)
+    for i in range(n):
+        t = ns()
+        got = await sandbox.files.read_bytes(f"{root}/calls/f{i}.txt")
+        read_us.append((ns() - t) // 1000)
+        if got != content:
+            raise RuntimeError("read_bytes returned other content than was written")
+    await sandbox.commands.run(f"rm -rf '{root}'")
+    return {"one_call_us": one_call_us, "calls_us": sum(write_us), "write_us": write_us, "read_us": read_us}
+
+
 WORKLOADS = {"idle": w_idle, "run": w_run, "stream": w_stream, "files": w_files,
-             "concurrent": w_concurrent, "cycle": w_cycle, "session": w_session}
+             "concurrent": w_concurrent, "cycle": w_cycle, "session": w_session,
+             "files_many": w_files_many}
 
 
 def main() -> None:
