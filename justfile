@@ -50,6 +50,10 @@ demo: build
 release:
     scripts/release
 
+# Push the signed release and the WIT package abx:epp to an OCI registry: just publish oci://REGISTRY/NAME:TAG [--insecure-registry HOST:PORT].
+publish ref *flags:
+    scripts/publish {{ref}} {{flags}}
+
 # The released component in a second Wasm host (jco on Node.js) against the testbed.
 jco: release
     tests/jco/run

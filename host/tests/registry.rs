@@ -398,3 +398,83 @@ fn a_second_run_needs_no_registry() {
         "which is not trusted",
     );
 }
+
+/// `just demo`'s session (scripts/demo) with the component pulled from the
+/// registry: the dev build `just build` signs, published, then run as
+/// `oci://…` against the shared testbed.
+#[test]
+fn the_demo_session_runs_from_the_registry() {
+    let target = epp_e2e::target_dir();
+    let built = epp_e2e::artifact("EPP_GUEST_WASM", target.join("epp/opensandbox.wasm"));
+    let key = epp_e2e::artifact("EPP_TRUSTED_KEY", target.join("epp/dev.pub"));
+    // What a release directory holds: the component and its provider.json.
+    let release = tempfile::tempdir().unwrap();
+    let wasm = release.path().join("opensandbox.wasm");
+    std::fs::copy(&built, &wasm).unwrap();
+    let manifest = epp_host(
+        &[
+            "manifest",
+            wasm.to_str().unwrap(),
+            "-K",
+            key.to_str().unwrap(),
+            "-o",
+            release.path().join("provider.json").to_str().unwrap(),
+        ],
+        "",
+    );
+    assert!(manifest.status.success(), "{}", text(&manifest.stderr));
+    let registry = Registry::start();
+    let reference = registry.reference("epp/opensandbox:dev");
+    let pushed = epp_host(
+        &[
+            "push",
+            wasm.to_str().unwrap(),
+            &reference,
+            "--insecure-registry",
+            &registry.addr,
+        ],
+        "",
+    );
+    assert!(pushed.status.success(), "{}", text(&pushed.stderr));
+    let pinned = text(&pushed.stdout).trim().to_string();
+
+    let tb = epp_e2e::testbed();
+    let cache = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(epp_e2e::repo_root().join("scripts/demo"))
+        .env("CARGO_TARGET_DIR", &target)
+        .env("ABX_OPENSANDBOX_BASE_URL", &tb.url)
+        .env("ABX_OPENSANDBOX_API_KEY", &tb.api_key)
+        .env("EPP_DEMO_COMPONENT", &reference)
+        .env("EPP_DEMO_TRUSTED_KEY", &key)
+        .env(
+            "EPP_DEMO_HOST_ARGS",
+            format!(
+                "--insecure-registry {} --cache-dir {}",
+                registry.addr,
+                cache.path().display()
+            ),
+        )
+        .stdin(Stdio::null())
+        .output()
+        .expect("running scripts/demo");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "the demo failed:\n{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "running {pinned} (pulled from the registry), signed by trusted key"
+        )),
+        "the demo's host did not run the pulled component: {stderr}"
+    );
+    for step in [
+        "Create a sandbox",
+        "Run a command",
+        "Open a terminal",
+        "Kill the sandbox",
+        "Done.",
+    ] {
+        assert!(
+            stdout.contains(step),
+            "the demo skipped `{step}`:\n{stdout}"
+        );
+    }
+}
