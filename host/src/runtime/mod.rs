@@ -395,7 +395,7 @@ async fn describe_by_name(
     inst: &mut Instance,
 ) -> Result<ProviderInfo> {
     let describe = component
-        .get_export_index(None, &contract.infra_export())
+        .get_export_index(None, contract.infra_export())
         .and_then(|infra| component.get_export_index(Some(&infra), "describe"))
         .with_context(|| {
             format!(
@@ -419,7 +419,7 @@ async fn describe_by_name(
 /// Whether an older component's infra export has `function`.
 fn exports_function(component: &Component, contract: &Contract, function: &str) -> bool {
     component
-        .get_export_index(None, &contract.infra_export())
+        .get_export_index(None, contract.infra_export())
         .and_then(|infra| component.get_export_index(Some(&infra), function))
         .is_some()
 }
