@@ -42,7 +42,9 @@ impl Execd {
             .current_dir(dir.path())
             .env("HOME", &home)
             .env_remove("EXECD_ACCESS_TOKEN")
-            .env_remove("EXECD_ENVS");
+            .env_remove("EXECD_ENVS")
+            .env_remove("JUPYTER_HOST")
+            .env_remove("JUPYTER_TOKEN");
         for (k, v) in envs {
             cmd.env(k, v);
         }
