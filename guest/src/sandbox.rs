@@ -456,7 +456,7 @@ mod tests {
         let b = body(&create(Some("code"), None), &s);
         assert_eq!(
             b["entrypoint"],
-            serde_json::json!(["/opt/opensandbox/code-interpreter.sh"])
+            serde_json::json!(["/opt/code-interpreter/code-interpreter.sh"])
         );
         assert!(request(&create(Some("nope"), None), &s).is_err());
         assert!(request(&create(None, Some(59)), &s).is_err());

@@ -52,8 +52,10 @@ pub const DEFAULT_IMAGE: &str = "python:3.12-slim";
 pub const DEFAULT_ALIASES: &str = "code=opensandbox/code-interpreter:v1.1.0";
 /// Entrypoint for images that do not bring their own.
 pub const DEFAULT_ENTRYPOINT: &[&str] = &["tail", "-f", "/dev/null"];
-/// Entrypoint of OpenSandbox's code-interpreter images.
-pub const CODE_INTERPRETER_ENTRYPOINT: &[&str] = &["/opt/opensandbox/code-interpreter.sh"];
+/// Entrypoint of OpenSandbox's code-interpreter images (the image's own
+/// ENTRYPOINT since v1.0.2; the old `/opt/opensandbox/…` path is shadowed by the
+/// execd volume there, see upstream docs/execd-path-migration.md).
+pub const CODE_INTERPRETER_ENTRYPOINT: &[&str] = &["/opt/code-interpreter/code-interpreter.sh"];
 /// Milliseconds between two listings of a `files.watch`.
 pub const DEFAULT_WATCH_INTERVAL_MS: u32 = 500;
 /// Seconds `sandbox.create` waits for a usable sandbox.

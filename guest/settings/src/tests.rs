@@ -134,7 +134,7 @@ fn templates_aliases_and_entrypoints() {
     );
     assert_eq!(
         s.entrypoint_for("opensandbox/code-interpreter:v1.1.0"),
-        ["/opt/opensandbox/code-interpreter.sh"]
+        ["/opt/code-interpreter/code-interpreter.sh"]
     );
     let s = settings(&[("ABX_OPENSANDBOX_ENTRYPOINT", "[\"sleep\", \"infinity\"]")]).unwrap();
     assert_eq!(
@@ -149,7 +149,7 @@ fn templates_aliases_and_entrypoints() {
         assert_eq!(s.entrypoint, None, "{default}");
         assert_eq!(
             s.entrypoint_for("opensandbox/code-interpreter:v1.1.0"),
-            ["/opt/opensandbox/code-interpreter.sh"],
+            ["/opt/code-interpreter/code-interpreter.sh"],
             "{default}"
         );
         assert_eq!(
