@@ -478,3 +478,185 @@ fn the_demo_session_runs_from_the_registry() {
         );
     }
 }
+
+fn as_strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// The probe (it can show its environment: `sandbox.get_info "env"`),
+/// signed with a fresh key, with its provider.json: (dir, wasm, public key).
+fn signed_probe() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let (sec, public, wasm) = (
+        dir.path().join("k.sec"),
+        dir.path().join("k.pub"),
+        dir.path().join("probe.wasm"),
+    );
+    let path = |p: &Path| p.to_str().unwrap().to_string();
+    for args in [
+        vec![
+            "keygen".into(),
+            "-k".into(),
+            path(&sec),
+            "-K".into(),
+            path(&public),
+        ],
+        vec![
+            "sign".into(),
+            path(common::probe_wasm()),
+            "-k".into(),
+            path(&sec),
+            "-K".into(),
+            path(&public),
+            "-o".into(),
+            path(&wasm),
+        ],
+        vec![
+            "manifest".into(),
+            path(&wasm),
+            "-K".into(),
+            path(&public),
+            "-o".into(),
+            path(&dir.path().join("provider.json")),
+        ],
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = epp_host(&args, "");
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    (dir, wasm, public)
+}
+
+#[test]
+fn credentials_reach_the_registry_only() {
+    const PASSWORD: &str = "pw-REGISTRY-7c1e-NEVER-LOGGED";
+    let registry = Registry::with_password("alice", PASSWORD);
+    let (_dir, wasm, key) = signed_probe();
+    let reference = registry.reference("epp/probe:1");
+    let env_login = [
+        ("EPP_REGISTRY_USERNAME", "alice"),
+        ("EPP_REGISTRY_PASSWORD", PASSWORD),
+    ];
+    let host = |args: &[&str], env: &[(&str, &str)], stdin: &str| {
+        let mut cmd = host_command();
+        cmd.args(args).env("EPP_LOG", "debug");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    // Pushed with the environment's login.
+    let wasm = wasm.to_str().unwrap();
+    let pushed = host(
+        &[
+            "push",
+            wasm,
+            &reference,
+            "--insecure-registry",
+            &registry.addr,
+        ],
+        &env_login,
+        "",
+    );
+    assert!(pushed.status.success(), "{}", text(&pushed.stderr));
+    let cache = tempfile::tempdir().unwrap();
+    let run_args = |extra: &[&'static str]| -> Vec<String> {
+        let mut args: Vec<String> = [
+            "run",
+            &reference,
+            "--insecure-registry",
+            &registry.addr,
+            "--trust-file",
+            "/dev/null",
+            "--trusted-key",
+            key.to_str().unwrap(),
+            "--cache-dir",
+            cache.path().to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+    // Without a login: refused, saying how to log in.
+    let anonymous = host(&as_strs(&run_args(&[])), &[], &format!("{HELLO}\n"));
+    refused(&anonymous, "refused access");
+    // From the environment, even handed over by name, the component never sees it.
+    let show_env =
+        r#"{"jsonrpc":"2.0","id":2,"method":"sandbox.get_info","params":{"sandbox_id":"env"}}"#;
+    let out = host(
+        &as_strs(&run_args(&[
+            "--pass-env",
+            "EPP_REGISTRY_PASSWORD",
+            "--pass-env",
+            "EPP_REGISTRY_USERNAME",
+            "--pass-env",
+            "EPP_LOG",
+        ])),
+        &env_login,
+        &format!("{HELLO}\n{show_env}\n"),
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("running oci://"), "{stderr}");
+    // --pass-env works (EPP_LOG arrives), so only the removal keeps the login out.
+    assert!(
+        stdout.contains("EPP_LOG=debug"),
+        "the probe showed no environment: {stdout}"
+    );
+    assert!(
+        !stdout.contains(PASSWORD),
+        "the password reached the component: {stdout}"
+    );
+    assert!(
+        !stdout.contains("EPP_REGISTRY_"),
+        "a credential variable reached the component: {stdout}"
+    );
+    assert!(
+        !stderr.contains(PASSWORD),
+        "the password is in the log: {stderr}"
+    );
+    // From the docker config file (base64 user:password), nothing in the log either.
+    let docker = tempfile::tempdir().unwrap();
+    let encoded = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        format!("alice:{PASSWORD}"),
+    );
+    std::fs::write(
+        docker.path().join("config.json"),
+        format!(
+            r#"{{"auths": {{"{}": {{"auth": "{encoded}"}}}}}}"#,
+            registry.addr
+        ),
+    )
+    .unwrap();
+    let fresh = tempfile::tempdir().unwrap();
+    let mut args = run_args(&[]);
+    let at = args.iter().position(|a| a == "--cache-dir").unwrap();
+    args[at + 1] = fresh.path().to_str().unwrap().to_string();
+    let out = host(
+        &as_strs(&args),
+        &[("DOCKER_CONFIG", docker.path().to_str().unwrap())],
+        &format!("{HELLO}\n"),
+    );
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("(pulled from the registry)"), "{stderr}");
+    assert!(
+        !stderr.contains(PASSWORD) && !stderr.contains(&encoded),
+        "{stderr}"
+    );
+}

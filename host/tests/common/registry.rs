@@ -24,6 +24,15 @@ pub struct Registry {
 impl Registry {
     /// Starts a fresh, empty registry and waits until `/v2/` answers.
     pub fn start() -> Registry {
+        Registry::start_with(None)
+    }
+
+    /// A registry that serves only `user` with `password` (htpasswd, basic auth).
+    pub fn with_password(user: &str, password: &str) -> Registry {
+        Registry::start_with(Some((user, password)))
+    }
+
+    fn start_with(login: Option<(&str, &str)>) -> Registry {
         install();
         // A port the kernel just handed out; retried if another process takes it first.
         for _ in 0..5 {
@@ -34,15 +43,21 @@ impl Registry {
                 .port();
             let addr = format!("127.0.0.1:{port}");
             let config = dir.path().join("config.yml");
-            std::fs::write(
-                &config,
-                format!(
-                    "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  \
-                     delete:\n    enabled: true\nhttp:\n  addr: {addr}\n",
-                    dir.path().join("data").display()
-                ),
-            )
-            .expect("writing the registry config");
+            let mut yaml = format!(
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  \
+                 delete:\n    enabled: true\nhttp:\n  addr: {addr}\n",
+                dir.path().join("data").display()
+            );
+            if let Some((user, password)) = login {
+                let file = dir.path().join("htpasswd");
+                std::fs::write(&file, format!("{user}:{}\n", bcrypt(password)))
+                    .expect("writing htpasswd");
+                yaml.push_str(&format!(
+                    "auth:\n  htpasswd:\n    realm: epp-tests\n    path: {}\n",
+                    file.display()
+                ));
+            }
+            std::fs::write(&config, yaml).expect("writing the registry config");
             let log = std::fs::File::create(dir.path().join("registry.log")).expect("log file");
             let child = Command::new(BINARY)
                 .arg("serve")
@@ -106,7 +121,8 @@ impl Registry {
             {
                 return false;
             }
-            if get_status(&self.addr, "/v2/") == Some(200) {
+            // 401 is a registry asking for a login: up as well.
+            if matches!(get_status(&self.addr, "/v2/"), Some(200 | 401)) {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -134,6 +150,31 @@ fn get_status(addr: &str, path: &str) -> Option<u16> {
     let mut head = [0u8; 12];
     stream.read_exact(&mut head).ok()?;
     std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+}
+
+/// A bcrypt hash of `password` for htpasswd (glibc's crypt through Python,
+/// else apache2-utils' htpasswd).
+fn bcrypt(password: &str) -> String {
+    let python = Command::new("python3")
+        .args([
+            "-W",
+            "ignore",
+            "-c",
+            "import crypt, sys; print(crypt.crypt(sys.argv[1], crypt.mksalt(crypt.METHOD_BLOWFISH)))",
+            password,
+        ])
+        .output();
+    if let Ok(out) = python
+        && out.status.success()
+    {
+        return String::from_utf8_lossy(&out.stdout).trim().to_string();
+    }
+    let out = Command::new("htpasswd")
+        .args(["-nbB", "u", password])
+        .output()
+        .expect("neither python3's crypt nor htpasswd (apache2-utils) can make a bcrypt hash");
+    let line = String::from_utf8_lossy(&out.stdout);
+    line.trim().trim_start_matches("u:").to_string()
 }
 
 /// Installs Debian's `docker-registry` once when it is missing. A test that
