@@ -19,7 +19,9 @@
 //!
 //! execd ends the stream once it saw that idle and the count (or an error), polling every
 //! 100 ms; here it ends as soon as the run's own `idle` and that condition are there, so
-//! no output is lost and nothing waits for a poll tick.
+//! no output is lost and nothing waits for a poll tick. When the kernel dies (Jupyter's
+//! `restarting`/`dead` status) execd never sees either and streams pings forever, its
+//! context busy for good; here the stream ends there, without a further event.
 
 use std::time::{Duration, SystemTime};
 
@@ -183,6 +185,7 @@ pub struct RunState {
     failed: bool,
     completed: bool,
     own_idle: bool,
+    kernel_died: bool,
 }
 
 impl RunState {
@@ -194,6 +197,7 @@ impl RunState {
             failed: false,
             completed: false,
             own_idle: false,
+            kernel_died: false,
         }
     }
 
@@ -248,6 +252,9 @@ impl RunState {
                     self.own_idle = true;
                 }
             }
+            "status" if matches!(c["execution_state"].as_str(), Some("restarting" | "dead")) => {
+                self.kernel_died = true;
+            }
             _ => {}
         }
         out
@@ -255,7 +262,8 @@ impl RunState {
 
     /// The run is over: its own idle came, and with it (or before) the count or an error.
     pub fn finished(&self) -> bool {
-        self.completed && self.own_idle && (self.execution_count > 0 || self.failed)
+        self.kernel_died
+            || self.completed && self.own_idle && (self.execution_count > 0 || self.failed)
     }
 }
 
@@ -398,6 +406,15 @@ mod tests {
             st.on_message(&idle("exec")).is_empty(),
             "one execution_complete only"
         );
+        assert!(st.finished());
+    }
+
+    #[test]
+    fn a_dying_kernel_ends_the_run_without_an_event() {
+        let mut st = RunState::new("exec".into(), std::time::Instant::now());
+        st.on_message(&idle("info"));
+        let restarting = msg("status", "", json!({"execution_state": "restarting"}));
+        assert!(st.on_message(&restarting).is_empty());
         assert!(st.finished());
     }
 
