@@ -50,10 +50,16 @@ pub enum Command {
     /// whether a provider.json next to it (or --manifest) matches it. Exits 1
     /// when the component cannot be loaded or the manifest does not match.
     Inspect {
-        /// The provider component (.wasm).
+        /// The provider component: a .wasm file or an `oci://` reference.
         wasm: PathBuf,
         #[command(flatten)]
         trust: TrustArgs,
+        #[command(flatten)]
+        registry: RegistryArgs,
+        /// The download cache for an `oci://` reference (default
+        /// `$XDG_CACHE_HOME/epp-host`).
+        #[arg(long, value_name = "DIR", env = "EPP_HOST_CACHE_DIR")]
+        cache_dir: Option<PathBuf>,
         /// A host `run` would be given with --allow-host (repeatable): shown in
         /// the grant.
         #[arg(long = "allow-host", value_name = "HOST")]

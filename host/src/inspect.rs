@@ -1,6 +1,6 @@
 //! `epp-host inspect`: what a component is, before anyone runs it.
 
-use crate::cli::TrustArgs;
+use crate::cli::{RegistryArgs, TrustArgs};
 use crate::config::host_env;
 use crate::manifest::{Manifest, Needs};
 use crate::net::grant::{Grant, scope_name};
@@ -88,14 +88,41 @@ fn granted(rt: &Runtime, allow_hosts: &[String]) -> Value {
     })
 }
 
+/// Where `inspect` finds the component: `path` is a file or an `oci://`
+/// reference (pulled with `registry` into the cache under `cache_dir`).
+pub struct Source {
+    pub path: PathBuf,
+    pub registry: RegistryArgs,
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl Source {
+    async fn read(&self) -> Result<Vec<u8>> {
+        let Some(reference) = crate::oci::reference::OciRef::from_arg(&self.path) else {
+            return std::fs::read(&self.path)
+                .with_context(|| format!("reading {}", self.path.display()));
+        };
+        let env = crate::oci::credentials::EnvSnapshot::from_process();
+        let pulled = crate::oci::commands::fetch(
+            &reference?,
+            &self.registry,
+            self.cache_dir.as_deref(),
+            &env,
+        )
+        .await?;
+        Ok(pulled.wasm)
+    }
+}
+
 pub async fn run(
-    path: PathBuf,
+    source: Source,
     trust: TrustArgs,
     allow_hosts: Vec<String>,
     manifest: Option<PathBuf>,
     as_json: bool,
 ) -> Result<ExitCode> {
-    let wasm = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    let wasm = source.read().await?;
+    let path = source.path;
     let status = signing::verify(&wasm, &TrustedKeys::load(&trust)?);
     let signer = match &status {
         SignatureStatus::Trusted(ids)

@@ -46,10 +46,19 @@ fn main() -> ExitCode {
         Command::Inspect {
             wasm,
             trust,
+            registry,
+            cache_dir,
             allow_hosts,
             manifest,
             json,
-        } => async_main(inspect::run(wasm, trust, allow_hosts, manifest, json)),
+        } => {
+            let source = inspect::Source {
+                path: wasm,
+                registry,
+                cache_dir,
+            };
+            async_main(inspect::run(source, trust, allow_hosts, manifest, json))
+        }
         Command::Manifest {
             wasm,
             public_keys,

@@ -158,6 +158,30 @@ fn publish_pull_verify_run() {
         log.contains(&format!("running {pinned} (pulled from the registry), signed by trusted key e00466bd45d1c47285b83c57")),
         "what ran is not said: {log}"
     );
+    // inspect looks at it in the registry too: the contract it was built against.
+    let inspected = epp_host(
+        &[
+            "inspect",
+            "--json",
+            &reference,
+            "--insecure-registry",
+            &registry.addr,
+            "--cache-dir",
+            cache.path().to_str().unwrap(),
+            "--trust-file",
+            "/dev/null",
+            "--trusted-key",
+            fixture("fixture.pub").to_str().unwrap(),
+        ],
+        "",
+    );
+    let report: Value = serde_json::from_slice(&inspected.stdout)
+        .unwrap_or_else(|e| panic!("inspect --json ({e}): {}", text(&inspected.stderr)));
+    assert_eq!(
+        report["contract"]["built_against"], "abx:epp@1.0.0",
+        "{report}"
+    );
+    assert_eq!(report["signature"]["trusted"], true, "{report}");
     // The manifest carries the standard media types and the provider's annotations.
     let pulled = rt()
         .block_on(pull::pull(
