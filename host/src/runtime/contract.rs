@@ -99,7 +99,11 @@ impl Contract {
         let version = Version::parse(version)
             .with_context(|| format!("{INFRA_INTERFACE}@{version} is not a semver version"))?;
         let current = current();
-        if version.major != current.major || !version.pre.is_empty() || version > *current {
+        // A newer patch only fixes documentation or the like: same functions.
+        if version.major != current.major
+            || !version.pre.is_empty()
+            || version.minor > current.minor
+        {
             bail!(
                 "the component was built against abx:epp@{version}; this host serves \
                  abx:epp@{}.0.0 to @{current} (a newer epp-host may serve it)",
@@ -139,10 +143,18 @@ pub fn served_without_adapters(capability: &str, exports: &dyn Fn(&str) -> bool)
 
 /// The built-in contract as a `Resolve`, and its main package.
 fn resolve() -> Result<(Resolve, wit_parser::PackageId)> {
+    resolve_as(&current().to_string())
+}
+
+/// The built-in contract with its package version written as `version`
+/// (tests make components of other versions with it).
+fn resolve_as(version: &str) -> Result<(Resolve, wit_parser::PackageId)> {
+    let ours = format!("abx:epp@{}", current());
+    let theirs = format!("abx:epp@{version}");
     let group = |files: &[(&str, &str)]| -> Result<UnresolvedPackageGroup> {
         let mut map = SourceMap::new();
         for (path, text) in files {
-            map.push_str(path, *text);
+            map.push_str(path, text.replace(&ours, &theirs));
         }
         map.parse()
             .map_err(|(_, e)| anyhow::anyhow!("the built-in WIT does not parse: {e}"))
@@ -179,9 +191,15 @@ pub fn stand_in() -> Result<&'static [u8]> {
 }
 
 fn build_stand_in() -> Result<Vec<u8>> {
+    dummy_component(&current().to_string())
+}
+
+/// A component of the built-in `provider` world at `version` whose every
+/// function traps.
+fn dummy_component(version: &str) -> Result<Vec<u8>> {
     use wit_component::{ComponentEncoder, StringEncoding, dummy_module, embed_component_metadata};
     use wit_parser::{LiftLowerAbi, ManglingAndAbi};
-    let (resolve, package) = resolve()?;
+    let (resolve, package) = resolve_as(version)?;
     let world = resolve.select_world(&[package], Some("provider"))?;
     let mangling = ManglingAndAbi::Legacy(LiftLowerAbi::Sync);
     let mut module = dummy_module(&resolve, world, mangling);
@@ -208,6 +226,31 @@ mod tests {
         let contract = Contract::of(stand_in().unwrap()).unwrap();
         assert!(contract.is_current());
         assert_eq!(contract.world(), format!("abx:epp/provider@{}", current()));
+    }
+
+    #[test]
+    fn serves_1_x_up_to_its_own_minor_version() {
+        let of = |version: &str| Contract::of(&dummy_component(version).unwrap());
+        let current = current();
+        let patch = format!("{}.{}.{}", current.major, current.minor, current.patch + 7);
+        assert!(
+            of(&patch).unwrap().is_current(),
+            "a newer patch is the same contract"
+        );
+        let older = of("1.0.0").unwrap();
+        assert!(!older.is_current());
+        assert_eq!(older.infra_export(), "abx:epp/infra@1.0.0");
+        for refused in [
+            format!("1.{}.0", current.minor + 1),
+            "2.0.0".into(),
+            "1.0.0-rc.1".into(),
+        ] {
+            let err = of(&refused).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("built against abx:epp@{refused}")),
+                "{err}"
+            );
+        }
     }
 
     #[test]
