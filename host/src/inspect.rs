@@ -91,8 +91,11 @@ fn granted(rt: &Runtime, allow_hosts: &[String]) -> Value {
 /// Where `inspect` finds the component: `path` is a file or an `oci://`
 /// reference (pulled with `registry` into the cache under `cache_dir`).
 pub struct Source {
+    /// A .wasm file or an `oci://` reference.
     pub path: PathBuf,
+    /// How to reach the registry of a reference.
     pub registry: RegistryArgs,
+    /// The download cache (default `$XDG_CACHE_HOME/epp-host`).
     pub cache_dir: Option<PathBuf>,
 }
 
@@ -114,6 +117,9 @@ impl Source {
     }
 }
 
+/// `epp-host inspect`: loads the component offline and prints the report
+/// (text, or JSON with `as_json`); exit 1 when it cannot be loaded, its
+/// grant is refused or a manifest does not match.
 pub async fn run(
     source: Source,
     trust: TrustArgs,

@@ -22,6 +22,7 @@ pub const VARS: [&str; 3] = [USERNAME_VAR, PASSWORD_VAR, TOKEN_VAR];
 
 /// Credentials for one registry, and where they came from (for the log).
 pub struct Credentials {
+    /// What oci-client sends (anonymous, basic or bearer).
     pub auth: RegistryAuth,
     /// `environment`, the docker config path, or `anonymous`: never a value.
     pub source: String,

@@ -32,6 +32,7 @@ pub struct Pulled {
     pub layer_digest: String,
     /// The manifest's annotations (version, source, provider id, …).
     pub manifest: OciImageManifest,
+    /// Registry or cache, and why.
     pub origin: Origin,
 }
 

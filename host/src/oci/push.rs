@@ -29,15 +29,19 @@ const ANNOTATION_LICENSES: &str = "org.opencontainers.image.licenses";
 
 /// Where the artifact landed.
 pub struct Pushed {
+    /// The tag pushed to.
     pub reference: OciRef,
     /// The manifest digest: `oci://REGISTRY/REPOSITORY@DIGEST` pins it.
     pub manifest_digest: String,
+    /// The sha256 of the pushed bytes.
     pub layer_digest: String,
 }
 
 /// What is pushed: the bytes and what the manifest says about them.
 pub struct Artifact {
+    /// The layer: a component or a WIT package.
     pub wasm: Vec<u8>,
+    /// The manifest's annotations.
     pub annotations: BTreeMap<String, String>,
     /// The component's world (none for a WIT package).
     pub world: Option<ComponentWorld>,

@@ -29,7 +29,9 @@ pub fn package_name(bytes: &[u8]) -> Result<PackageName> {
 /// A component's imports and exports, by their interface names (e.g.
 /// `abx:epp/infra@1.0.0`), read from its type without compiling it.
 pub struct ComponentWorld {
+    /// Imported interfaces (and functions), e.g. `wasi:http/types@0.2.12`.
     pub imports: Vec<String>,
+    /// Exported interfaces, e.g. `abx:epp/infra@1.1.0`.
     pub exports: Vec<String>,
 }
 

@@ -77,6 +77,7 @@ pub fn current() -> &'static Version {
 /// The `abx:epp` version a component was built against, and what follows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Contract {
+    /// The version in the component's `abx:epp/infra@…` export.
     pub version: Version,
 }
 
