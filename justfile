@@ -50,6 +50,10 @@ demo: build
 release:
     scripts/release
 
+# A throwaway OCI registry on 127.0.0.1:PORT to publish to (Debian's docker-registry, installed if missing; foreground).
+registry port="5000":
+    scripts/registry {{port}}
+
 # Push the signed release and the WIT package abx:epp to an OCI registry: just publish oci://REGISTRY/NAME:TAG [--insecure-registry HOST:PORT].
 publish ref *flags:
     scripts/publish {{ref}} {{flags}}
