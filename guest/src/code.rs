@@ -33,6 +33,8 @@ use std::cell::RefCell;
 const DEFAULT_LANGUAGE: &str = "python";
 /// A sandbox keeps its execd, and a context its kernel, for their lifetime.
 const MEMO_TTL_MS: u32 = 24 * 3600 * 1000;
+/// How long a timed-out run may take to end after its kernel is interrupted.
+const INTERRUPT_GRACE_MS: u64 = 10_000;
 /// The context id of the probe run: never a real one (execd's are hex).
 const PROBE_CONTEXT: &str = "epp-probe-no-such-context";
 
@@ -140,6 +142,15 @@ fn no_context(sandbox_id: &str, context_id: &str) -> EppError {
     ))
 }
 
+fn busy(sandbox_id: &str, what: &str) -> EppError {
+    let what = what.trim_end_matches(&format!(" in sandbox {sandbox_id}"));
+    error::conflict(format!(
+        "{what} in sandbox {sandbox_id} is running other code (execd refuses a second run \
+         rather than queueing it); wait for that run to finish, interrupt it with \
+         code.interrupt, or use another context"
+    ))
+}
+
 /// execd's answer to a `/code` request that failed before it started: its
 /// words say what went wrong (all are HTTP 500 `RUNTIME_ERROR`).
 fn refused(execd: &Execd, resp: Response, context: Option<&str>, language: &str) -> EppError {
@@ -155,11 +166,11 @@ fn refused(execd: &Execd, resp: Response, context: Option<&str>, language: &str)
         return no_context(sandbox_id, context.unwrap_or("(the default one)"));
     }
     if status == 500 && text.contains("session is busy") {
-        return error::conflict(format!(
-            "code context {} in sandbox {sandbox_id} is running other code; wait for that run \
-             to finish, interrupt it with code.interrupt, or use another context",
-            context.unwrap_or(language)
-        ));
+        let what = match context {
+            Some(id) => format!("code context {id}"),
+            None => format!("the default {language} context"),
+        };
+        return busy(sandbox_id, &what);
     }
     if status == 500 && text.contains("unknown language") {
         return invalid(format!(
@@ -435,6 +446,11 @@ struct RunState {
     main_next: bool,
     /// The code raised (its `error` event came).
     raised: bool,
+    /// execd said `execution_complete`. execd 1.1.1 says it when the kernel first
+    /// reports idle, which its per-run connection makes happen before the output
+    /// (testbed README, "Code-interpreter sandboxes"): the run's end is the end
+    /// of the stream, and this only tells a finished run from a lost connection.
+    completed: bool,
     finished: bool,
     timeout_ms: Option<u64>,
     started_ms: u64,
@@ -499,6 +515,7 @@ pub fn run(req: CodeRequest) -> Result<CodeStream> {
         count: None,
         main_next: false,
         raised: false,
+        completed: false,
         finished: false,
         timeout_ms: req.timeout_ms,
         started_ms,
@@ -568,7 +585,7 @@ impl RunState {
                     traceback: e.traceback,
                 }));
             }
-            "execution_complete" => self.finish(out),
+            "execution_complete" => self.completed = true,
             // status, ping, and kinds of later execd versions.
             _ => {}
         }
@@ -583,12 +600,17 @@ impl RunState {
     /// state stay) and the caller gets E5004.
     fn time_out(&mut self, timeout_ms: u64) -> EppError {
         self.finished = true;
-        self.reader.close();
         let target = self.target();
         let interrupted = match self.context_id.clone() {
             Some(id) => interrupt_kernel(&mut self.execd, &id).is_ok(),
             None => false,
         };
+        if interrupted {
+            // Answer once the run has ended, so that the context takes the next run.
+            let until = monotonic_ms() + INTERRUPT_GRACE_MS;
+            while monotonic_ms() < until && matches!(self.reader.next(), Ok(Some(_))) {}
+        }
+        self.reader.close();
         error::timed_out(format!(
             "{target} ran longer than its timeout of {} s; {}",
             timeout_ms as f64 / 1000.0,
@@ -624,6 +646,10 @@ impl RunState {
                 Some(Ok(Frame::Event(event))) => self.convert(event, &mut out),
                 Some(Ok(Frame::Error { code, message })) => {
                     self.finished = true;
+                    // execd starts the stream (`init`) before it tries the kernel.
+                    if message.contains("session is busy") {
+                        return Err(busy(&self.execd.sandbox_id, &self.target()));
+                    }
                     return Err(error::upstream(format!(
                         "{} reported {code}: {message}",
                         self.target()
@@ -633,8 +659,7 @@ impl RunState {
                     self.finished = true;
                     return Err(error::upstream(format!("{}: {bad}", self.target())));
                 }
-                // After an error execd may end the stream without `execution_complete`.
-                None if self.raised => self.finish(&mut out),
+                None if self.completed || self.raised => self.finish(&mut out),
                 None => {
                     self.finished = true;
                     return Err(lost(&self.execd.sandbox_id, &self.target()));

@@ -136,8 +136,10 @@ async fn follow(
                 }));
             }
             Err(e) => {
-                // A run that hit its own timeout was interrupted by the provider.
-                if e.code == EppCode::TimedOut {
+                // A run that hit its own timeout was interrupted by the provider;
+                // one refused as busy never ran (execd says so after `started`),
+                // and the code its context is running is someone else's.
+                if matches!(e.code, EppCode::TimedOut | EppCode::Conflict) {
                     ctx.started.lock().expect("lock").take();
                 }
                 ctx.abandon().await;
