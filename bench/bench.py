@@ -33,6 +33,11 @@ STREAM_LINE = 1024
 STREAM_CMD = (f"L=$(head -c {STREAM_LINE - 1} /dev/zero | tr '\\0' x); "
               f"yes \"$L\" | head -c {STREAM_BYTES}")
 FILE_BYTES = 32 << 20
+# Workloads 13-14 (code.interpret): a warm context's round trip, and 10 MiB printed
+# by the kernel as 10,240 lines of 1 KiB.
+CODE_EXPR, CODE_VALUE = "1+1", "2"
+CODE_PRINT_BYTES = 10 << 20
+CODE_PRINT = "line = 'x' * 1023\nfor _ in range(10240):\n    print(line)"
 # Workload 11: small files written in one call vs one call each.
 MANY_FILES = 100
 SMALL_FILE = 4 << 10
@@ -280,6 +285,49 @@ class Bench:
             self.record("transfer", c, {"write_mib_s": mib / r["write_s"], "read_mib_s": mib / r["read_s"],
                                         "sha256_ok": len(ends)})
 
+    # ------------------------------------------------------------ issue 14: code
+
+    def create_code_sandbox(self) -> tuple[str, str]:
+        """A sandbox from the `code` template's image (a Jupyter server behind execd),
+        ready once execd makes a context (it retries until Jupyter answers). Jupyter's
+        IOPub rate limit is lifted (TESTBED_JUPYTER_LIMIT_RATE=0), else W14's 10 MiB
+        would be cut by it, for every contender alike."""
+        box = self.api("POST", "/v1/sandboxes", {
+            "image": {"uri": "opensandbox/code-interpreter:v1.1.0"},
+            "entrypoint": ["/opt/code-interpreter/code-interpreter.sh"],
+            "timeout": 3600, "resourceLimits": {"cpu": "1", "memory": "2Gi"},
+            "env": {"TESTBED_JUPYTER_LIMIT_RATE": "0"}, "metadata": {"bench": "code"}})
+        ep = self.api("GET", f"/v1/sandboxes/{box['id']}/endpoints/44772")["endpoint"]
+        req = urllib.request.Request(f"http://{ep}/code/context", method="POST",
+                                     data=b'{"language":"python"}', headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            ctx = json.loads(resp.read())["id"]
+        urllib.request.urlopen(urllib.request.Request(f"http://{ep}/code/contexts/{ctx}", method="DELETE"),
+                               timeout=60).read()
+        return box["id"], ep
+
+    def code_run(self, rnd: int) -> None:
+        """W13: `code.run "1+1"` in a warm context / the code-interpreter SDK's
+        `codes.run` / raw `POST /code`; each contender makes its own context."""
+        for c in self.order(rnd):
+            a = {"sandbox": self.code_box, "endpoint": self.code_endpoint, "n": self.o.calls // 2,
+                 "warmup": 10, "code": CODE_EXPR, "expect": CODE_VALUE}
+            if c == "raw":
+                a = {k: v for k, v in a.items() if k not in ("sandbox", "expect")}
+            self.record("code", c, self.drive(c, "code", a)["lat_us"])
+
+    def code_stream(self, rnd: int) -> None:
+        """W14: 10 MiB printed by the kernel, streamed (epp-host's `code.output`
+        notifications vs raw `POST /code`)."""
+        for c in self.order(rnd, ("epp", "raw")):
+            a = {"sandbox": self.code_box, "endpoint": self.code_endpoint, "code": CODE_PRINT}
+            if c == "raw":
+                a = {k: v for k, v in a.items() if k != "sandbox"}
+            r = self.drive(c, "code_stream", a)
+            if r["text_bytes"] != CODE_PRINT_BYTES:
+                raise RuntimeError(f"{c} code stream delivered {r['text_bytes']} bytes, not {CODE_PRINT_BYTES}")
+            self.record("code_stream", c, {"mib_s": (CODE_PRINT_BYTES / (1 << 20)) / r["secs"], "secs": r["secs"]})
+
     # ------------------------------------------------------------ the run
 
     def machine(self) -> dict:
@@ -321,12 +369,14 @@ class Bench:
             "watch_writes": self.o.watch_writes, "watch_idle": self.o.watch_idle,
             "stream_bytes": STREAM_BYTES, "stream_line": STREAM_LINE, "file_bytes": FILE_BYTES,
             "many_files": MANY_FILES, "small_file": SMALL_FILE, "transfer_bytes": TRANSFER_BYTES,
+            "code_expr": CODE_EXPR, "code_print_bytes": CODE_PRINT_BYTES,
         }
         log("creating the shared sandboxes")
         made = [self.create_sandbox(NO_GRACE) for _ in range(8)]
         self.box = [b for b, _ in made]
         self.endpoint = [e for _, e in made]
         self.grace_box, self.grace_endpoint = self.create_sandbox({})
+        self.code_box, self.code_endpoint = self.create_code_sandbox()
         # Fill the compile cache once (not timed): "warm" means a cache hit.
         self.drive("epp", "idle", {"settle_s": 0})
         steps = [("cold start", self.cold_start), ("idle memory", self.idle),
@@ -335,7 +385,8 @@ class Bench:
                  ("create/kill cycle", self.cycle), ("round trip, default grace", self.run_true_grace),
                  ("sessions.run round trip", self.session_run), ("stdin round trip", self.stdin_round_trip),
                  ("files.watch latency", self.watch), ("100 small files", self.files_many),
-                 ("256 MiB through transfer URLs", self.transfer)]
+                 ("256 MiB through transfer URLs", self.transfer),
+                 ("code.run round trip", self.code_run), ("code output streaming", self.code_stream)]
         if self.o.only:
             keep = set(self.o.only.split(","))
             steps = [(n, st) for n, st in steps if st.__name__ in keep]
@@ -347,7 +398,7 @@ class Bench:
                     log(f"round {rnd + 1}/{self.o.rounds}: {name}")
                     step(rnd)
         finally:
-            for b in self.box + [self.grace_box]:
+            for b in self.box + [self.grace_box, self.code_box]:
                 try:
                     self.api("DELETE", f"/v1/sandboxes/{b}")
                 except OSError:
@@ -379,7 +430,8 @@ def main() -> None:
     p.add_argument("--watch-idle", type=float, default=6.0,
                    help="workload 10: seconds an idle watch's requests are counted (short rounds)")
     p.add_argument("--only", default="", help="comma list of steps (cold_start, idle, run_true, stream, files, "
-                   "concurrent, cycle, run_true_grace, session_run, stdin_round_trip, watch, files_many, transfer); "
+                   "concurrent, cycle, run_true_grace, session_run, stdin_round_trip, watch, files_many, transfer, "
+                   "code_run, code_stream); "
                    "the report needs all of them")
     Bench(p.parse_args()).main()
 

@@ -79,6 +79,8 @@ class Stats:
         out["session_p99"] = [pct(r, 99) for r in get("session")]
         out["stdin_p50"] = [median(r) for r in get("stdin")]
         out["watch_p50"] = [median(r["lat_us"]) for r in get("watch")]
+        out["code_p50"] = [median(r) for r in get("code")]
+        out["code_stream"] = [r["mib_s"] for r in get("code_stream")]
         return out
 
     def paired(self, metric: str, a: str, b: str) -> tuple[float, float, float]:
@@ -146,6 +148,11 @@ class Stats:
                            watch_idle_listing_share=sum(r["idle_listings"] for r in idle)
                            / max(1, sum(r["idle_requests"] for r in idle)),
                            watch_idle_s=sum(r["idle_s"] for r in idle), watch_idle_n=len(idle))
+        if c in s.get("code", {}):
+            pooled = [x for r in s["code"][c] for x in r]
+            out.update(code_p50=median(pooled), code_p99=pct(pooled, 99), code_n=len(pooled))
+        if c in s.get("code_stream", {}):
+            out["code_stream"] = median([r["mib_s"] for r in s["code_stream"][c]])
         if c in s.get("idle", {}):
             out["idle_rss"] = median([r["rss_kib"] for r in s["idle"][c]])
             out["idle_hwm"] = median([r["hwm_kib"] for r in s["idle"][c]])
@@ -209,6 +216,16 @@ def targets(st: Stats, machine: dict) -> list[tuple[str, str, str, bool]]:
         ("10. requests an idle watch costs", "reported",
          f"{e['watch_idle_per_min']:.0f} / min" if "watch_idle_per_min" in e else "not measured", None),
     ]
+    if "code_p50" in e:
+        rows += [
+            ("13. `code.run \"1+1\"` p50, warm context, vs the code-interpreter SDK's `run`", "≤ 1.0×",
+             pr(st, "code_p50", "epp", "sdk"), ok("code_p50", "sdk", lambda x: x <= 1.0)),
+            ("13. `code.run \"1+1\"` p50 vs the raw floor", "≤ 1.3×", pr(st, "code_p50", "epp", "raw"),
+             ok("code_p50", "raw", lambda x: x <= 1.3)),
+        ]
+    if "code_stream" in e:
+        rows.append(("14. 10 MiB printed by the kernel, streamed, vs the raw floor", "≥ 0.8×",
+                     pr(st, "code_stream", "epp", "raw"), ok("code_stream", "raw", lambda x: x >= 0.8)))
     return rows
 
 
@@ -377,6 +394,9 @@ def render(data: dict, chart_name: str) -> str:
         ("10. `files.watch` write → event, p50 (ms)", "watch_p50", ms),
         ("10. same, p99 (ms)", "watch_p99", ms),
         ("10. requests per minute of an idle watch", "watch_idle_per_min", lambda x: f"{x:.0f}"),
+        ("13. `code.run \"1+1\"` in a warm context, p50 (ms)", "code_p50", ms),
+        ("13. same, p99 (ms)", "code_p99", ms),
+        ("14. 10 MiB printed by a kernel, streamed (MiB/s)", "code_stream", fmt),
     ]
     none = "no equivalent"
     rows = [[label] + [show(c[metric]) if metric in c else none for c in (e, p, r)]
@@ -496,6 +516,18 @@ def render(data: dict, chart_name: str) -> str:
   changing, requests are counted for {cfg.get('watch_idle', 6):g} s in each of
   {e.get('watch_idle_n', 0)} round(s) ({e.get('watch_idle_s', 0):.0f} s in all;
   {fmt(e.get('watch_idle_listing_share', math.nan) * 100)} % of them `GET /directories/list`).
+- **Workload 13** (issue 14): `code.run "{cfg.get('code_expr', '1+1')}"` in a context of a
+  code-template sandbox (`opensandbox/code-interpreter:v1.1.0` on the testbed: a real
+  Jupyter server and ipykernel behind the execd stand-in), each contender in a context of
+  its own made before the clock starts, {cfg['calls'] // 2} timed runs per round after 10
+  warm-up runs ({e.get('code_n', 0)} samples); the SDK is `opensandbox-code-interpreter`'s
+  `codes.run(code, context=…)`, the raw client one `POST /code` read to its end. Every
+  contender checks the value (`2`).
+- **Workload 14** (issue 14): {cfg.get('code_print_bytes', 10 << 20) >> 20} MiB printed by the kernel as
+  1 KiB lines, from the request to its answer (epp-host: `code.run {{stream: true}}`, the
+  `code.output` notifications decoded after the clock stops; raw: `POST /code` read to its
+  end). The sandbox lifts Jupyter's IOPub rate limit (`TESTBED_JUPYTER_LIMIT_RATE=0`, a
+  testbed knob), which the real image keeps and which would cut this output for every client.
 - **execd's grace period**: execd ≤ 1.1.0 keeps a command's response open for
   `EXECD_API_GRACE_SHUTDOWN` (default 1 s) after the last event. epp-host stops reading
   at the final event; the SDK reads foreground commands to the end, so with the default

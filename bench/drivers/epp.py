@@ -471,9 +471,57 @@ def w_transfer(host: Host, a: dict) -> dict:
     return {"write_s": write_s, "read_s": read_s}
 
 
+# ------------------------------------------------------------ issue 14: code
+
+
+def code_context(host: Host, sandbox: str) -> str:
+    return host.call("code.create_context", {"sandbox_id": sandbox, "language": "python"})["context_id"]
+
+
+def w_code(host: Host, a: dict) -> dict:
+    """W13: `code.run` of a small expression in a warm context, collected."""
+    ctx = code_context(host, a["sandbox"])
+    lat = []
+    for i in range(a["warmup"] + a["n"]):
+        t = ns()
+        r = host.call("code.run", {"sandbox_id": a["sandbox"], "context_id": ctx, "code": a["code"]})
+        if i >= a["warmup"]:
+            lat.append((ns() - t) // 1000)
+        value = next((x["data"].get("text/plain") for x in r["results"] if x["is_main_result"]), None)
+        if value != a["expect"]:
+            raise RuntimeError(f"code.run {a['code']!r} gave {value!r}, not {a['expect']!r}: {r}")
+    host.call("code.remove_context", {"sandbox_id": a["sandbox"], "context_id": ctx})
+    return {"lat_us": lat}
+
+
+def w_code_stream(host: Host, a: dict) -> dict:
+    """W14: printed output of a kernel streamed as `code.output` notifications,
+    decoded after the clock stops (as W3)."""
+    ctx = code_context(host, a["sandbox"])
+    host.call("code.run", {"sandbox_id": a["sandbox"], "context_id": ctx, "code": "0"})
+    notes = []
+    t = ns()
+    want = host.send("code.run", {"sandbox_id": a["sandbox"], "context_id": ctx, "code": a["code"],
+                                  "stream": True})
+    answer = read_raw_answer(host, want, notes.append)
+    secs = (ns() - t) / 1e9
+    if "error" in json.loads(answer)["result"]:
+        raise RuntimeError(f"the streamed code raised: {answer[:300]!r}")
+    got = {"bytes": 0, "lines": 0}
+    for line in notes:
+        msg = json.loads(line)
+        if msg["method"] == "code.output":
+            data = msg["params"]["data"]
+            got["bytes"] += len(data)
+            got["lines"] += data.count("\n")
+    host.call("code.remove_context", {"sandbox_id": a["sandbox"], "context_id": ctx})
+    return {"secs": secs, "text_bytes": got["bytes"], "lines": got["lines"], "notifications": len(notes)}
+
+
 WORKLOADS = {"idle": w_idle, "run": w_run, "stream": w_stream, "files": w_files,
              "concurrent": w_concurrent, "cycle": w_cycle, "session": w_session, "stdin": w_stdin,
-             "watch": w_watch, "files_many": w_files_many, "transfer": w_transfer}
+             "watch": w_watch, "files_many": w_files_many, "transfer": w_transfer,
+             "code": w_code, "code_stream": w_code_stream}
 
 
 def main() -> None:

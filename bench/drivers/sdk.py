@@ -159,9 +159,30 @@ async def w_files_many(a: dict) -> dict:
     return {"one_call_us": one_call_us, "calls_us": sum(write_us), "write_us": write_us, "read_us": read_us}
 
 
+async def w_code(a: dict) -> dict:
+    """W13: the official code-interpreter SDK's `codes.run` in a warm context."""
+    from code_interpreter import CodeInterpreter
+    from code_interpreter.models.code import SupportedLanguage
+
+    sandbox = await Sandbox.connect(a["sandbox"], connection_config=config())
+    ci = await CodeInterpreter.create(sandbox)
+    ctx = await ci.codes.create_context(SupportedLanguage.PYTHON)
+    lat = []
+    for i in range(a["warmup"] + a["n"]):
+        t = ns()
+        ex = await ci.codes.run(a["code"], context=ctx)
+        if i >= a["warmup"]:
+            lat.append((ns() - t) // 1000)
+        value = ex.result[0].text if ex.result else None
+        if value != a["expect"]:
+            raise RuntimeError(f"codes.run {a['code']!r} gave {value!r}, not {a['expect']!r}")
+    await ci.codes.delete_context(ctx.id)
+    return {"lat_us": lat}
+
+
 WORKLOADS = {"idle": w_idle, "run": w_run, "stream": w_stream, "files": w_files,
              "concurrent": w_concurrent, "cycle": w_cycle, "session": w_session,
-             "files_many": w_files_many}
+             "files_many": w_files_many, "code": w_code}
 
 
 def main() -> None:

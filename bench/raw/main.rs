@@ -28,6 +28,8 @@ fn main() {
         "files" => files(&get("endpoint"), &get("path"), num("size", 32 << 20)),
         "concurrent" => concurrent(&get("endpoints"), num("n", 64), num("batches", 3), num("drain", 1) == 1),
         "cycle" => cycle(&get("server"), &get("key"), num("n", 3)),
+        "code" => code(&get("endpoint"), &get("code"), num("n", 200), num("warmup", 20)),
+        "code_stream" => code_stream(&get("endpoint"), &get("code")),
         "idle" => Ok(String::new()),
         other => Err(io::Error::other(format!("unknown workload {other:?}"))),
     };
@@ -271,6 +273,55 @@ fn stream(endpoint: &str, cmd: &str, drain: bool) -> io::Result<String> {
     let t = Instant::now();
     let out = command(&pool, &prefix, cmd, drain)?;
     let secs = done(&out).duration_since(t).as_secs_f64();
+    Ok(format!("\"secs\":{secs},\"text_bytes\":{},\"lines\":{}", out.bytes, out.lines))
+}
+
+/// `POST /code/context {"language":"python"}`: the new context's id.
+fn code_context(pool: &Pool, prefix: &str) -> io::Result<String> {
+    let mut conn = pool.take()?;
+    let path = format!("{prefix}/code/context");
+    conn.send("POST", &path, &[("Content-Type", "application/json")], b"{\"language\":\"python\"}")?;
+    let head = conn.read_head()?;
+    let data = conn.read_all(&head)?;
+    pool.give(conn);
+    let mut scratch = Vec::new();
+    field(&data, b"\"id\":\"", &mut scratch)
+        .filter(|_| head.status == 200)
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .ok_or_else(|| io::Error::other(format!("POST {path}: HTTP {} {}", head.status, String::from_utf8_lossy(&data))))
+}
+
+/// One `POST /code` in `context`, read to the stream's end: execd 1.1.1 says
+/// `execution_complete` before a run's output, so the end of the stream is the
+/// end of the run.
+fn code_run(pool: &Pool, prefix: &str, context: &str, code: &str) -> io::Result<Outcome> {
+    let body = format!("{{\"context\":{{\"id\":{},\"language\":\"python\"}},\"code\":{}}}", json_str(context), json_str(code));
+    events(pool, &format!("{prefix}/code"), &body, true)
+}
+
+fn code(endpoint: &str, code: &str, n: usize, warmup: usize) -> io::Result<String> {
+    let (authority, prefix) = split_endpoint(endpoint);
+    let pool = Pool::new(&authority);
+    let context = code_context(&pool, &prefix)?;
+    let mut lat = Vec::with_capacity(n);
+    for i in 0..warmup + n {
+        let t = Instant::now();
+        code_run(&pool, &prefix, &context, code)?;
+        if i >= warmup {
+            lat.push(t.elapsed().as_micros() as u64);
+        }
+    }
+    Ok(format!("\"lat_us\":{}", list(&lat)))
+}
+
+fn code_stream(endpoint: &str, code: &str) -> io::Result<String> {
+    let (authority, prefix) = split_endpoint(endpoint);
+    let pool = Pool::new(&authority);
+    let context = code_context(&pool, &prefix)?;
+    code_run(&pool, &prefix, &context, "0")?; // connect and wake the kernel outside the timed part
+    let t = Instant::now();
+    let out = code_run(&pool, &prefix, &context, code)?;
+    let secs = t.elapsed().as_secs_f64();
     Ok(format!("\"secs\":{secs},\"text_bytes\":{},\"lines\":{}", out.bytes, out.lines))
 }
 
