@@ -254,7 +254,9 @@ impl Client {
 
     /// Writes one message as a line.
     pub fn send(&self, msg: &Value) {
-        let mut line = msg.to_string().into_bytes();
+        // to_vec, not to_string: no detour through fmt::Write (a large file's
+        // request is one line of tens of MiB).
+        let mut line = serde_json::to_vec(msg).expect("a Value always serialises");
         line.push(b'\n');
         self.send_raw(&line);
     }
@@ -411,9 +413,14 @@ impl Client {
 
 fn read_lines(output: impl Read, shared: Shared, mut options: Options) {
     let (lock, cvar) = &*shared;
-    for line in BufReader::new(output).split(b'\n') {
+    // Answers of files.read are single lines of tens of MiB: large reads, and
+    // the line becomes the text without a copy when it is UTF-8 (it always is
+    // from epp-host).
+    for line in BufReader::with_capacity(1 << 20, output).split(b'\n') {
         let Ok(line) = line else { break };
-        let text = String::from_utf8_lossy(&line).into_owned();
+        let line_bytes = line.len() as u64 + 1;
+        let text = String::from_utf8(line)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
         if let Some(hook) = options.on_line.as_mut() {
             hook(&text);
         }
@@ -425,7 +432,7 @@ fn read_lines(output: impl Read, shared: Shared, mut options: Options) {
         };
         let mut state = lock.lock().expect("state lock");
         state.lines += 1;
-        state.bytes += line.len() as u64 + 1;
+        state.bytes += line_bytes;
         if options.transcript {
             state.transcript.push_str(&text);
             state.transcript.push('\n');
