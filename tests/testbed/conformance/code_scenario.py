@@ -24,39 +24,14 @@ from opensandbox.config import ConnectionConfig
 from opensandbox.exceptions import SandboxApiException
 from opensandbox.models.execd import ExecutionHandlers, _format_output_messages
 
+from scenario import FAILURES, VERBOSE, Mismatch, check, section
+
 MODE = "direct"
-VERBOSE = os.environ.get("TESTBED_VERBOSE") == "1"
-FAILURES: list[str] = []
 IMAGE = "opensandbox/code-interpreter:v1.1.0"
 # The image's own entrypoint: it starts the Jupyter server behind /code.
 ENTRYPOINT = ["/opt/code-interpreter/code-interpreter.sh"]
 PY = SupportedLanguage.PYTHON
 
-
-class Mismatch(AssertionError):
-    pass
-
-
-async def section(name: str, fn, *args):
-    """Run one part of the scenario; a mismatch or error ends that part only."""
-    print(name, flush=True)
-    try:
-        return await fn(*args)
-    except Mismatch as exc:
-        FAILURES.append(f"{name}: {exc}")
-        print(f"  MISMATCH {exc}", flush=True)
-    except Exception as exc:  # noqa: BLE001 - an SDK call failed: report and go on
-        if VERBOSE:
-            traceback.print_exc()
-        FAILURES.append(f"{name}: {type(exc).__name__}: {exc}")
-        print(f"  ERROR {type(exc).__name__}: {exc}", flush=True)
-    return None
-
-
-def check(cond: bool, what: str) -> None:
-    if not cond:
-        raise Mismatch(what)
-    print(f"  ok  {what}", flush=True)
 
 
 def config() -> ConnectionConfig:

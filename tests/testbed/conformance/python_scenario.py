@@ -26,35 +26,10 @@ from opensandbox.exceptions import SandboxApiException, SandboxException
 from opensandbox.models.execd import ExecutionHandlers, RunCommandOpts, _format_output_messages
 from opensandbox.models.filesystem import DirectoryListEntry, MoveEntry, SearchEntry, WriteEntry
 
+from scenario import FAILURES, VERBOSE, Mismatch, check, section
+
 MODE = "direct"
-VERBOSE = os.environ.get("TESTBED_VERBOSE") == "1"
-FAILURES: list[str] = []
 
-
-class Mismatch(AssertionError):
-    pass
-
-
-async def section(name: str, fn, *args):
-    """Run one part of the scenario; a mismatch or error ends that part only."""
-    print(name, flush=True)
-    try:
-        return await fn(*args)
-    except Mismatch as exc:
-        FAILURES.append(f"{name}: {exc}")
-        print(f"  MISMATCH {exc}", flush=True)
-    except Exception as exc:  # noqa: BLE001 - an SDK call failed: report and go on
-        if VERBOSE:
-            traceback.print_exc()
-        FAILURES.append(f"{name}: {type(exc).__name__}: {exc}")
-        print(f"  ERROR {type(exc).__name__}: {exc}", flush=True)
-    return None
-
-
-def check(cond: bool, what: str) -> None:
-    if not cond:
-        raise Mismatch(what)
-    print(f"  ok  {what}", flush=True)
 
 
 def stdout_of(execution) -> str:
