@@ -8,13 +8,10 @@ Exits non-zero with a message at the first mismatch of each part.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import logging
 import os
 import sys
-import traceback
 from datetime import timedelta
 
 from code_interpreter import CodeInterpreter
@@ -24,7 +21,7 @@ from opensandbox.config import ConnectionConfig
 from opensandbox.exceptions import SandboxApiException
 from opensandbox.models.execd import ExecutionHandlers, _format_output_messages
 
-from scenario import FAILURES, VERBOSE, Mismatch, check, section
+from scenario import Mismatch, check, parse_mode, run, section
 
 MODE = "direct"
 IMAGE = "opensandbox/code-interpreter:v1.1.0"
@@ -258,24 +255,8 @@ async def part_plain_sandbox(ctx: Ctx) -> None:
 
 def main() -> int:
     global MODE
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--mode", choices=["direct", "proxy"], default="direct")
-    MODE = parser.parse_args().mode
-    logging.basicConfig(level=logging.WARNING)
-    for name in ("opensandbox", "code_interpreter"):
-        logging.getLogger(name).setLevel(logging.DEBUG if VERBOSE else logging.CRITICAL)
-    try:
-        asyncio.run(scenario())
-    except Exception as exc:  # noqa: BLE001 - create failed: nothing else can run
-        traceback.print_exc()
-        FAILURES.append(f"create: {type(exc).__name__}: {exc}")
-    if FAILURES:
-        print(f"code interpreter ({MODE}): {len(FAILURES)} part(s) failed:", file=sys.stderr)
-        for failure in FAILURES:
-            print(f"  - {failure}", file=sys.stderr)
-        return 1
-    print(f"code interpreter ({MODE}): all checks passed")
-    return 0
+    MODE = parse_mode()
+    return run(f"code interpreter ({MODE})", scenario, ("opensandbox", "code_interpreter"))
 
 
 if __name__ == "__main__":

@@ -7,15 +7,12 @@ Exits non-zero with a message at the first mismatch.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import logging
 import os
 import re
 import socket
 import sys
 import time
-import traceback
 from datetime import datetime, timedelta, timezone
 
 import httpx
@@ -26,7 +23,7 @@ from opensandbox.exceptions import SandboxApiException, SandboxException
 from opensandbox.models.execd import ExecutionHandlers, RunCommandOpts, _format_output_messages
 from opensandbox.models.filesystem import DirectoryListEntry, MoveEntry, SearchEntry, WriteEntry
 
-from scenario import FAILURES, VERBOSE, Mismatch, check, section
+from scenario import Mismatch, check, parse_mode, run, section
 
 MODE = "direct"
 
@@ -344,24 +341,8 @@ async def part_kill(ctx: Ctx) -> None:
 
 def main() -> int:
     global MODE
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--mode", choices=["direct", "proxy"], default="direct")
-    MODE = parser.parse_args().mode
-    # The SDK logs every failed call at ERROR, including the ones this scenario expects.
-    logging.basicConfig(level=logging.WARNING)
-    logging.getLogger("opensandbox").setLevel(logging.DEBUG if VERBOSE else logging.CRITICAL)
-    try:
-        asyncio.run(scenario())
-    except Exception as exc:  # noqa: BLE001 - create failed: nothing else can run
-        traceback.print_exc()
-        FAILURES.append(f"create: {type(exc).__name__}: {exc}")
-    if FAILURES:
-        print(f"python sdk ({MODE}): {len(FAILURES)} part(s) failed:", file=sys.stderr)
-        for failure in FAILURES:
-            print(f"  - {failure}", file=sys.stderr)
-        return 1
-    print(f"python sdk ({MODE}): all checks passed")
-    return 0
+    MODE = parse_mode()
+    return run(f"python sdk ({MODE})", scenario, ("opensandbox",))
 
 
 if __name__ == "__main__":
