@@ -19,7 +19,7 @@ const DEFAULT_FILE_MODE: u32 = 0o644;
 /// Mode of new directories.
 const DIR_MODE: u32 = 0o755;
 /// Large transfers: a silent minute means trouble.
-pub(crate) const TRANSFER: Timeouts = Timeouts {
+const TRANSFER: Timeouts = Timeouts {
     connect: Duration::from_secs(10),
     first_byte: Duration::from_secs(300),
     between_bytes: Duration::from_secs(120),
@@ -434,6 +434,21 @@ pub(crate) fn close(boundary: &str) -> String {
     format!("\r\n--{boundary}--")
 }
 
+/// Starts `POST /files/upload` of a multipart body of exactly `length` bytes
+/// (an exact Content-Length: proxies in front of execd need one).
+pub(crate) fn start_upload(execd: &Execd, boundary: &str, length: u64) -> Result<Upload> {
+    execd
+        .request("POST", "/files/upload")?
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .header("content-length", length.to_string())
+        .timeouts(TRANSFER)
+        .start()
+        .map_err(|t| execd.transport(t))
+}
+
 /// Checks a file path to write and the mode to give it (the default when none).
 pub(crate) fn check_write(path: &str, mode: Option<u32>) -> Result<u32> {
     check_path(path)?;
@@ -458,15 +473,7 @@ pub fn write(sandbox_id: &str, path: &str, size: u64, mode: Option<u32>) -> Resu
     let preamble = pair_head(&boundary, path, mode).into_bytes();
     let epilogue = close(&boundary).into_bytes();
     let total = preamble.len() as u64 + size + epilogue.len() as u64;
-    let req = execd
-        .request("POST", "/files/upload")?
-        .header(
-            "content-type",
-            format!("multipart/form-data; boundary={boundary}"),
-        )
-        .header("content-length", total.to_string())
-        .timeouts(TRANSFER);
-    let mut upload = req.start().map_err(|t| execd.transport(t))?;
+    let mut upload = start_upload(&execd, &boundary, total)?;
     upload.write(&preamble).map_err(|t| execd.transport(t))?;
     Ok(FileWriter {
         inner: RefCell::new(Some(WriterState {

@@ -7,7 +7,7 @@ use crate::bindings::abx::epp::types::EppError;
 use crate::bindings::exports::abx::epp::infra::{FileInfo, FileUpload};
 use crate::error::{self, Result, invalid, upstream};
 use crate::execd::Execd;
-use crate::files::{TRANSFER, boundary, check_write, close, file_info, pair_head};
+use crate::files::{boundary, check_write, close, file_info, pair_head, start_upload};
 use crate::http::{Response, encode};
 use crate::models::ExecdFileInfo;
 use std::collections::{BTreeMap, HashSet};
@@ -82,8 +82,7 @@ fn check_list(files: &[FileUpload]) -> Result<()> {
     Ok(())
 }
 
-/// Streams the whole multipart body with an exact Content-Length (proxies in
-/// front of execd need one) and answers execd's response.
+/// Streams the whole multipart body and answers execd's response.
 fn upload(execd: &Execd, boundary: &str, parts: &[Part]) -> Result<Response> {
     let tail = close(boundary);
     let length = parts
@@ -91,15 +90,7 @@ fn upload(execd: &Execd, boundary: &str, parts: &[Part]) -> Result<Response> {
         .map(|p| (p.head.len() + p.file.content.len()) as u64)
         .sum::<u64>()
         + tail.len() as u64;
-    let req = execd
-        .request("POST", "/files/upload")?
-        .header(
-            "content-type",
-            format!("multipart/form-data; boundary={boundary}"),
-        )
-        .header("content-length", length.to_string())
-        .timeouts(TRANSFER);
-    let mut body = req.start().map_err(|t| execd.transport(t))?;
+    let mut body = start_upload(execd, boundary, length)?;
     for part in parts {
         body.write(part.head.as_bytes())
             .and_then(|()| body.write(&part.file.content))
