@@ -5,12 +5,20 @@ use epp_e2e::{FaultProxy, Host, HostBuilder, Mode, b64d, b64e, both_modes, sh, w
 use serde_json::{Value, json};
 
 /// File i: all 256 byte values (rotated by i) in base64, or text with
-/// Unicode; modes alternate between the default, 0600 and 0755.
+/// Unicode; modes alternate between the default, 0600 and 0755. The last file
+/// is empty and its name has a quote and a backslash (escaped in execd's
+/// metadata JSON).
 fn hundred(root: &str) -> Vec<(String, Vec<u8>, Option<&'static str>)> {
     (0..100)
         .map(|i| {
-            let path = format!("{root}/dir ü {}/sub dir/file {i} ñ.bin", i % 7);
-            let content: Vec<u8> = if i % 2 == 0 {
+            let path = if i == 99 {
+                format!("{root}/dir ü 0/sub dir/empty \"quoted\" \\ {i}")
+            } else {
+                format!("{root}/dir ü {}/sub dir/file {i} ñ.bin", i % 7)
+            };
+            let content: Vec<u8> = if i == 99 {
+                Vec::new()
+            } else if i % 2 == 0 {
                 (0..=255u8).cycle().skip(i).take(256 + i).collect()
             } else {
                 format!("héllo {i}\nwörld\n").into_bytes()
