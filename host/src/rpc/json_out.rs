@@ -8,9 +8,28 @@ use serde_json::Value;
 
 /// `value` as compact JSON text.
 pub fn to_vec(value: &Value) -> Vec<u8> {
-    let mut out = Vec::with_capacity(128);
+    // Sized up front: growing from a small buffer copies a big answer (a file
+    // read) several times and faults in every page of each copy.
+    let mut out = Vec::with_capacity(size_hint(value));
     write_value(&mut out, value);
     out
+}
+
+/// About how many bytes `value` takes as JSON (exact for ASCII text without
+/// escapes; numbers are counted short).
+fn size_hint(value: &Value) -> usize {
+    match value {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => 8,
+        Value::String(s) => s.len() + 2,
+        Value::Array(items) => 2 + items.iter().map(|v| size_hint(v) + 1).sum::<usize>(),
+        Value::Object(map) => {
+            2 + map
+                .iter()
+                .map(|(k, v)| k.len() + 4 + size_hint(v))
+                .sum::<usize>()
+        }
+    }
 }
 
 fn write_value(out: &mut Vec<u8>, value: &Value) {

@@ -81,17 +81,27 @@ impl Outbox {
     }
 
     pub async fn respond(&self, id: Value, result: Result<Value, RpcError>) {
-        let message = match result {
-            Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-            Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error_object(&error)}),
+        let (key, value) = match result {
+            Ok(result) => ("result", result),
+            Err(error) => ("error", error_object(&error)),
         };
-        self.send(message).await;
+        self.send(envelope(("id", id), (key, value))).await;
     }
 
     pub async fn notify(&self, method: &str, params: Value) {
-        self.send(json!({"jsonrpc": "2.0", "method": method, "params": params}))
+        self.send(envelope(("method", method.into()), ("params", params)))
             .await;
     }
+}
+
+/// `{"jsonrpc": "2.0", first, second}`, the values moved in: `json!` would
+/// serialise them into copies (a `files.read` answer holds the whole file).
+fn envelope(first: (&str, Value), second: (&str, Value)) -> Value {
+    let mut message = Map::with_capacity(3);
+    message.insert("jsonrpc".into(), Value::from("2.0"));
+    message.insert(first.0.into(), first.1);
+    message.insert(second.0.into(), second.1);
+    Value::Object(message)
 }
 
 /// An error as the JSON-RPC error object of docs/epp-1.md §6: `code`,
