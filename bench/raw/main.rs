@@ -105,6 +105,11 @@ struct Outcome {
 struct Frames {
     buf: Vec<u8>,
     out: Outcome,
+    /// `buf` has been searched up to here without finding a frame's end: a big
+    /// frame (a kernel's output comes in chunks of hundreds of KiB) arrives in
+    /// many reads, and searching it again from its start each time would be
+    /// quadratic.
+    scanned: usize,
 }
 
 /// The JSON string value of `"key":"…"` in `frame`, unescaped.
@@ -153,7 +158,13 @@ impl Frames {
         self.buf.extend_from_slice(data);
         let mut start = 0;
         let mut scratch = Vec::new();
-        while let Some(end) = self.buf[start..].windows(2).position(|w| w == b"\n\n") {
+        loop {
+            let from = self.scanned.max(start);
+            let Some(at) = self.buf[from..].windows(2).position(|w| w == b"\n\n") else {
+                self.scanned = self.buf.len().saturating_sub(1).max(start);
+                break;
+            };
+            let end = from + at - start;
             let frame = &self.buf[start..start + end];
             let mut kind_scratch = Vec::new();
             match field(frame, b"\"type\":\"", &mut kind_scratch) {
@@ -171,6 +182,7 @@ impl Frames {
             start += end + 2;
         }
         self.buf.drain(..start);
+        self.scanned -= start;
     }
 }
 
@@ -201,7 +213,7 @@ fn events(pool: &Pool, path: &str, body: &str, drain: bool) -> io::Result<Outcom
     if head.status != 200 {
         return Err(io::Error::other(format!("POST {path}: HTTP {}", head.status)));
     }
-    let mut frames = Frames { buf: Vec::with_capacity(512 << 10), out: Outcome::default() };
+    let mut frames = Frames { buf: Vec::with_capacity(512 << 10), out: Outcome::default(), scanned: 0 };
     conn.read_body(&head, |data| {
         frames.feed(data);
         drain || !frames.out.finished

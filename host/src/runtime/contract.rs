@@ -85,16 +85,15 @@ impl Contract {
     /// The contract of the component `wasm` exports (read from its type,
     /// without compiling it). Refuses versions this host cannot serve.
     pub fn of(wasm: &[u8]) -> Result<Contract> {
-        let world = crate::oci::wit_package::component_world(wasm)?;
-        let version = world
-            .exports
+        let exports = top_level_exports(wasm)?;
+        let version = exports
             .iter()
             .find_map(|name| name.strip_prefix(INFRA_INTERFACE)?.strip_prefix('@'))
             .with_context(|| {
                 format!(
                     "the component does not export {INFRA_INTERFACE} (exports: {}); it is not an \
                      EPP provider",
-                    world.exports.join(", ")
+                    exports.join(", ")
                 )
             })?;
         let version = Version::parse(version)
@@ -177,6 +176,49 @@ pub fn encoded_package() -> Result<(PackageName, Vec<u8>)> {
     let name = resolve.packages[package].name.clone();
     let bytes = wit_component::encode(&resolve, package).context("encoding the built-in WIT")?;
     Ok((name, bytes))
+}
+
+/// The names of a component's own exports, read from its top-level export
+/// sections with nested modules and components skipped: decoding its whole
+/// type (`wit_component::decode`) took about 5 ms of every start.
+fn top_level_exports(wasm: &[u8]) -> Result<Vec<String>> {
+    use wasmparser::{Chunk, Parser, Payload};
+    let mut parser = Parser::new(0);
+    let mut offset = 0;
+    let mut names = Vec::new();
+    loop {
+        let data = wasm.get(offset..).context("the component is truncated")?;
+        let (consumed, payload) = match parser.parse(data, true).context("reading the component")? {
+            Chunk::Parsed { consumed, payload } => (consumed, payload),
+            Chunk::NeedMoreData(_) => bail!("the component is truncated"),
+        };
+        offset += consumed;
+        match payload {
+            Payload::Version { encoding, .. } if encoding != wasmparser::Encoding::Component => {
+                bail!("this is a core WebAssembly module, not a component")
+            }
+            // Nested bytes are not the parent parser's: skip them.
+            Payload::ModuleSection {
+                unchecked_range, ..
+            }
+            | Payload::ComponentSection {
+                unchecked_range, ..
+            } => offset = unchecked_range.end,
+            Payload::ComponentExportSection(section) => {
+                for export in section {
+                    names.push(
+                        export
+                            .context("reading the component's exports")?
+                            .name
+                            .name
+                            .to_string(),
+                    );
+                }
+            }
+            Payload::End(_) => return Ok(names),
+            _ => {}
+        }
+    }
 }
 
 /// An inert component of the current `provider` world: every function traps.
