@@ -39,7 +39,7 @@ pub struct Manifest {
     pub kind: String,
     /// Always `EPP/1`.
     pub protocol: String,
-    /// The WIT world the component implements (`abx:epp/provider@1.1.0`).
+    /// The WIT world the component was built against (`abx:epp/provider@1.1.0`).
     pub wit_world: String,
     /// File name of the component, next to the manifest.
     pub file: String,
@@ -176,7 +176,11 @@ impl Manifest {
             version: info.version.clone(),
             kind: KIND.into(),
             protocol: PROTOCOL.into(),
-            wit_world: WORLD.into(),
+            // The world the component was built against (an older 1.x is served
+            // too); this host's own when its type cannot be read.
+            wit_world: crate::runtime::contract::Contract::of(wasm)
+                .map(|c| c.world())
+                .unwrap_or_else(|_| WORLD.into()),
             file: file.into(),
             size: wasm.len() as u64,
             sha256: hex::encode(Sha256::digest(wasm)),

@@ -59,6 +59,9 @@ fn inspect_says_which_contract_and_what_follows() {
         json!(["api_key", "registry_password"])
     );
     assert_eq!(report["signature"]["trusted"], true);
+    // Its provider.json (beside it) names the world it was built against, and matches.
+    assert_eq!(report["manifest"]["wit_world"], "abx:epp/provider@1.0.0");
+    assert_eq!(report["manifest_file"]["matches"], true, "{report:#}");
     // The text view says it too.
     let out = host_command()
         .args(["inspect", "--trust-file", "/dev/null"])
