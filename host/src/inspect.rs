@@ -447,6 +447,26 @@ fn print_grant(needs: &Value, grant: &Value) {
     if !withheld.is_empty() {
         println!("  withheld env   {}", withheld.join(", "));
     }
+    let generic: Vec<String> = needs["generic_settings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|g| {
+            format!(
+                "{} -> {}",
+                g["key"].as_str().unwrap_or("-"),
+                g["setting"].as_str().unwrap_or("-")
+            )
+        })
+        .collect();
+    println!(
+        "  options        {}",
+        if generic.is_empty() {
+            "no generic provider_options keys".to_string()
+        } else {
+            format!("provider_options {}", generic.join(", "))
+        }
+    );
 }
 
 /// The manifest view: kind, settings, and whether a provider.json matches.

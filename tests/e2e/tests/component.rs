@@ -5,24 +5,50 @@ use epp_e2e::{artifact, target_dir};
 use serde_json::Value;
 use std::process::Command;
 
-fn inspect() -> Value {
+/// `epp-host inspect` of the shipped component: its stdout (`--json` or text).
+fn inspect_output(json: bool) -> Vec<u8> {
     let host = artifact("EPP_HOST_BIN", target_dir().join("debug/epp-host"));
     let wasm = artifact("EPP_GUEST_WASM", target_dir().join("epp/opensandbox.wasm"));
     let key = artifact("EPP_TRUSTED_KEY", target_dir().join("epp/dev.pub"));
-    let out = Command::new(host)
-        .arg("inspect")
-        .arg(&wasm)
-        .arg("--trusted-key")
-        .arg(&key)
-        .arg("--json")
-        .output()
-        .expect("running epp-host inspect");
+    let mut cmd = Command::new(host);
+    cmd.arg("inspect").arg(&wasm).arg("--trusted-key").arg(&key);
+    if json {
+        cmd.arg("--json");
+    }
+    let out = cmd.output().expect("running epp-host inspect");
     assert!(
         out.status.success(),
         "inspect failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("inspect --json prints JSON")
+    out.stdout
+}
+
+fn inspect() -> Value {
+    serde_json::from_slice(&inspect_output(true)).expect("inspect --json prints JSON")
+}
+
+#[test]
+fn the_text_view_shows_what_it_needs_and_its_generic_options() {
+    let text = String::from_utf8(inspect_output(false)).unwrap();
+    assert!(text.contains("needs (asked -> granted here):"), "{text}");
+    assert!(
+        text.contains("provider_options sandbox_base_url -> base_url, sandbox_api_key -> api_key"),
+        "{text}"
+    );
+    assert_eq!(
+        report_generic(&inspect()),
+        ["sandbox_base_url", "sandbox_api_key"]
+    );
+}
+
+fn report_generic(report: &Value) -> Vec<String> {
+    report["manifest"]["needs"]["generic_settings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|g| g["key"].as_str().unwrap().to_string())
+        .collect()
 }
 
 #[test]
