@@ -37,13 +37,31 @@ pub fn params(text: Option<&str>) -> Result<Map<String, Value>> {
     }
 }
 
+/// `--option KEY=VALUE` flags as an `epp.hello` `provider_options` object.
+pub fn provider_options(flags: &[String]) -> Result<Map<String, Value>> {
+    let mut options = Map::new();
+    for flag in flags {
+        let Some((key, value)) = flag.split_once('=').filter(|(k, _)| !k.trim().is_empty()) else {
+            bail!(
+                "--option {flag:?} is not KEY=VALUE, e.g. --option sandbox_base_url=http://127.0.0.1:8080"
+            );
+        };
+        if options.insert(key.to_string(), value.into()).is_some() {
+            bail!("--option {key} is given twice");
+        }
+    }
+    Ok(options)
+}
+
 /// Sends `method` with `params` to `exe run wasm HOST-FLAGS` and prints what
-/// comes back.
+/// comes back. With `options`, an `epp.hello` carrying them goes first; its
+/// error is the answer.
 pub fn call(
     exe: &Path,
     wasm: &Path,
     method: &str,
     params: Map<String, Value>,
+    options: Map<String, Value>,
     host: &HostArgs,
 ) -> Result<ExitCode> {
     let interrupts = ctrl_c()?;
@@ -53,6 +71,28 @@ pub fn call(
         child.stdout.take().context("run's stdout")?,
         Options::default(),
     );
+    if !options.is_empty() {
+        let hello = client.request("epp.hello", json!({"provider_options": options}));
+        let reply = loop {
+            match client.wait_for(TICK, |_| true) {
+                Ok(msg) if msg.is_response() && msg.raw["id"] == hello => break Some(msg.reply()),
+                Ok(_) | Err(WaitError::Timeout) => {}
+                Err(WaitError::Closed) => break None,
+            }
+        };
+        if let Some(Err(e)) = reply {
+            client.close_input();
+            wait_exit(&mut child);
+            writeln!(
+                std::io::stderr().lock(),
+                "error {} ({}): {}",
+                e.epp,
+                e.code,
+                e.message
+            )?;
+            return Ok(ExitCode::from(1));
+        }
+    }
     let id = client.request(method, Value::Object(params));
     let mut cancelled: Option<Instant> = None;
     let reply = loop {

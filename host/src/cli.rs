@@ -40,6 +40,10 @@ pub enum Command {
         method: String,
         /// Params as a JSON object (default `{}`).
         params: Option<String>,
+        /// A `provider_options` entry for `epp.hello`, sent before the request
+        /// (e.g. `--option sandbox_base_url=http://127.0.0.1:8080`); repeatable.
+        #[arg(long = "option", value_name = "KEY=VALUE")]
+        options: Vec<String>,
         #[command(flatten)]
         host: HostArgs,
     },

@@ -113,10 +113,12 @@ fn main() -> ExitCode {
             wasm,
             method,
             params,
+            options,
             host,
         } => call::params(params.as_deref()).and_then(|params| {
+            let options = call::provider_options(&options)?;
             let exe = std::env::current_exe().context("finding this epp-host binary")?;
-            call::call(&exe, &wasm, &method, params, &host)
+            call::call(&exe, &wasm, &method, params, options, &host)
         }),
     };
     match result {

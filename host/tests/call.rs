@@ -198,3 +198,40 @@ fn ctrl_c_cancels_the_request() {
         "no result after a cancel: {rest}"
     );
 }
+
+#[test]
+fn options_go_to_the_provider_in_epp_hello_first() {
+    // The probe's `env` answers its environment as an error message.
+    let out = call(
+        "sandbox.get_info",
+        json!({"sandbox_id": "env"}),
+        &["--option", "label=from-call"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains(&format!("{LABEL_ENV}=from-call")), "{err}");
+
+    // A value the provider refuses is epp.hello's E2001, naming the option, and
+    // the request is not sent.
+    let out = call(
+        "sandbox.get_info",
+        json!({"sandbox_id": "echo hi"}),
+        &["--option", "label=invalid"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("E2001") && err.contains("provider_options.label"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+
+    // Not KEY=VALUE: refused before anything starts.
+    let out = call("epp.hello", json!({}), &["--option", "label"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        text(&out.stderr).contains("KEY=VALUE"),
+        "{}",
+        text(&out.stderr)
+    );
+}
