@@ -5,6 +5,7 @@
 //! worked, the code raised. A component built against abx:epp 1.0 has only the
 //! collected `code-run`, served as a plain method.
 
+use super::commands::Collected;
 use super::{
     CallCtx, Method, Running, Started, codec, drop_resource, guest_res, resource, sandbox_id,
     take_flag,
@@ -45,50 +46,6 @@ pub async fn run(
     result
 }
 
-/// What a collected run keeps, bounded by `--max-output-bytes` in total.
-struct Collected {
-    stdout: String,
-    stderr: String,
-    results: Vec<Value>,
-    room: usize,
-    truncated: bool,
-}
-
-impl Collected {
-    /// Takes `n` bytes of room, or says there is not enough (and marks the cut).
-    fn take(&mut self, n: usize) -> bool {
-        if n <= self.room {
-            self.room -= n;
-            return true;
-        }
-        self.truncated = true;
-        false
-    }
-
-    fn text(&mut self, to_stdout: bool, mut text: String) {
-        if !self.take(text.len()) {
-            let mut cut = self.room;
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            text.truncate(cut);
-            self.room -= cut;
-        }
-        if to_stdout {
-            self.stdout.push_str(&text)
-        } else {
-            self.stderr.push_str(&text)
-        }
-    }
-
-    /// A rich result is kept whole or not at all (half an image is no image).
-    fn result(&mut self, result: Value, size: usize) {
-        if self.take(size) {
-            self.results.push(result);
-        }
-    }
-}
-
 fn output_json(output: CodeOutput) -> (Value, usize) {
     let size = output.data.iter().map(|(k, v)| k.len() + v.len()).sum();
     let data: Map<String, Value> = output
@@ -114,13 +71,8 @@ async fn follow(
     sandbox_id: &str,
     forward: bool,
 ) -> Result<Value, RpcError> {
-    let mut collected = Collected {
-        stdout: String::new(),
-        stderr: String::new(),
-        results: Vec::new(),
-        room: ctx.max_output_bytes,
-        truncated: false,
-    };
+    let mut collected = Collected::new(ctx.max_output_bytes);
+    let mut results = Vec::new();
     let mut context_id: Option<String> = None;
     let mut error: Option<Value> = None;
     loop {
@@ -168,14 +120,17 @@ async fn follow(
                     ctx.notify("code.output", json!({"stream": "stderr", "data": text}))
                         .await
                 }
-                CodeEvent::Stdout(text) => collected.text(true, text),
-                CodeEvent::Stderr(text) => collected.text(false, text),
+                CodeEvent::Stdout(text) => collected.push(true, text),
+                CodeEvent::Stderr(text) => collected.push(false, text),
                 CodeEvent::Rich(output) => {
                     let (result, size) = output_json(output);
                     if forward {
                         ctx.notify("code.result", result).await;
                     } else {
-                        collected.result(result, size);
+                        // Kept whole or not at all: half an image is no image.
+                        if collected.take(size) {
+                            results.push(result);
+                        }
                     }
                 }
                 CodeEvent::Error(e) => error = Some(error_json(e)),
@@ -191,7 +146,7 @@ async fn follow(
                     if !forward {
                         answer["stdout"] = json!(collected.stdout);
                         answer["stderr"] = json!(collected.stderr);
-                        answer["results"] = Value::Array(collected.results);
+                        answer["results"] = Value::Array(results);
                         if collected.truncated {
                             answer["truncated"] = json!(true);
                         }

@@ -115,33 +115,53 @@ async fn follow_function(
     result
 }
 
-/// Output collected for a non-streaming run, bounded by `--max-output-bytes`.
-struct Collected {
-    stdout: String,
-    stderr: String,
+/// Output collected for a non-streaming run, bounded by `--max-output-bytes`
+/// (code runs keep their rich results within the same bound: `code::follow`).
+pub(super) struct Collected {
+    pub stdout: String,
+    pub stderr: String,
     room: usize,
-    truncated: bool,
+    pub truncated: bool,
 }
 
 impl Collected {
-    fn push(&mut self, to_stdout: bool, text: String) {
+    pub fn new(room: usize) -> Collected {
+        Collected {
+            stdout: String::new(),
+            stderr: String::new(),
+            room,
+            truncated: false,
+        }
+    }
+
+    /// Takes `n` bytes of room, or says there is not enough (and marks the cut).
+    pub fn take(&mut self, n: usize) -> bool {
+        if n <= self.room {
+            self.room -= n;
+            return true;
+        }
+        self.truncated = true;
+        false
+    }
+
+    /// Keeps `text` of stdout or stderr, cut at a character boundary when the
+    /// room runs out.
+    pub fn push(&mut self, to_stdout: bool, text: String) {
+        let cut = if self.take(text.len()) {
+            text.len()
+        } else {
+            let mut cut = std::mem::take(&mut self.room);
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            cut
+        };
         let target = if to_stdout {
             &mut self.stdout
         } else {
             &mut self.stderr
         };
-        if text.len() <= self.room {
-            self.room -= text.len();
-            target.push_str(&text);
-            return;
-        }
-        let mut cut = self.room;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
         target.push_str(&text[..cut]);
-        self.room = 0;
-        self.truncated = true;
     }
 }
 
@@ -154,12 +174,7 @@ async fn follow(
     forward: bool,
     kind: Kind,
 ) -> Result<Value, RpcError> {
-    let mut collected = Collected {
-        stdout: String::new(),
-        stderr: String::new(),
-        room: ctx.max_output_bytes,
-        truncated: false,
-    };
+    let mut collected = Collected::new(ctx.max_output_bytes);
     let mut command_id: Option<String> = None;
     loop {
         let batch = match guest_res!(*inst, command_stream.call_next, stream) {
@@ -267,5 +282,31 @@ async fn flush(
             .await;
     } else {
         collected.push(to_stdout, text);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Collected;
+
+    #[test]
+    fn collected_output_stops_at_its_room_on_a_character_boundary() {
+        let mut c = Collected::new(6);
+        c.push(true, "abc".into());
+        c.push(false, "éé".into()); // 4 bytes, only 3 left: one é fits
+        assert_eq!((c.stdout.as_str(), c.stderr.as_str()), ("abc", "é"));
+        assert!(c.truncated);
+        assert!(!c.take(1), "no room left");
+        c.push(true, "x".into());
+        assert_eq!(c.stdout, "abc");
+    }
+
+    #[test]
+    fn room_is_taken_whole_or_not_at_all() {
+        let mut c = Collected::new(10);
+        assert!(c.take(10));
+        assert!(!c.truncated);
+        assert!(!c.take(1));
+        assert!(c.truncated);
     }
 }
