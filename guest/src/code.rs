@@ -12,7 +12,7 @@
 //! remembered when it is created here and asked of execd otherwise.
 
 use crate::bindings::abx::epp::memo;
-use crate::bindings::abx::epp::types::{EppError, ErrorCode};
+use crate::bindings::abx::epp::types::EppError;
 use crate::bindings::exports::abx::epp::infra::{
     CodeContext, CodeError, CodeEvent, CodeOutput, CodeRequest, CodeResult, GuestCodeStream,
 };
@@ -20,7 +20,7 @@ use crate::commands;
 use crate::config;
 use crate::error::{self, Result, invalid, not_found};
 use crate::execd::Execd;
-use crate::http::{Response, encode};
+use crate::http::{Response, Timeouts, encode};
 use crate::lifecycle::check_id;
 use crate::models::ExecEvent;
 use crate::sse::{Frame, FrameReader};
@@ -151,34 +151,74 @@ fn busy(sandbox_id: &str, what: &str) -> EppError {
     ))
 }
 
-/// execd's answer to a `/code` request that failed before it started: its
-/// words say what went wrong (all are HTTP 500 `RUNTIME_ERROR`).
+/// What execd's refusal of a `/code` request says: all its refusals are HTTP
+/// 500 `RUNTIME_ERROR`, told apart by their words.
+#[derive(Debug, PartialEq)]
+enum Refusal {
+    /// "language runtime server not configured": no Jupyter server behind execd.
+    NoKernels,
+    /// "context not found".
+    NoContext,
+    /// "session is busy" (also sent as a bare error after `init`).
+    Busy,
+    /// "unknown language".
+    UnknownLanguage,
+    Other,
+}
+
+fn refusal(status: u16, text: &str) -> Refusal {
+    const WORDS: [(&str, Refusal); 4] = [
+        ("runtime server not configured", Refusal::NoKernels),
+        ("context not found", Refusal::NoContext),
+        ("session is busy", Refusal::Busy),
+        ("unknown language", Refusal::UnknownLanguage),
+    ];
+    if status != 500 {
+        return Refusal::Other;
+    }
+    WORDS
+        .into_iter()
+        .find(|(words, _)| text.contains(words))
+        .map_or(Refusal::Other, |(_, refusal)| refusal)
+}
+
+/// execd's answer to a `/code` request that failed before it started.
 fn refused(execd: &Execd, resp: Response, context: Option<&str>, language: &str) -> EppError {
     let status = resp.status;
     let body = resp.read_all(64 * 1024).unwrap_or_default();
-    let text = String::from_utf8_lossy(&body);
     let sandbox_id = &execd.sandbox_id;
-    if status == 500 && text.contains("runtime server not configured") {
-        remember_kernels(sandbox_id, false);
-        return no_kernels(sandbox_id);
-    }
-    if status == 500 && text.contains("context not found") {
-        return no_context(sandbox_id, context.unwrap_or("(the default one)"));
-    }
-    if status == 500 && text.contains("session is busy") {
-        let what = match context {
-            Some(id) => format!("code context {id}"),
-            None => format!("the default {language} context"),
-        };
-        return busy(sandbox_id, &what);
-    }
-    if status == 500 && text.contains("unknown language") {
-        return invalid(format!(
+    match refusal(status, &String::from_utf8_lossy(&body)) {
+        Refusal::NoKernels => {
+            remember_kernels(sandbox_id, false);
+            no_kernels(sandbox_id)
+        }
+        Refusal::NoContext => no_context(sandbox_id, context.unwrap_or("(the default one)")),
+        Refusal::Busy => {
+            let what = match context {
+                Some(id) => format!("code context {id}"),
+                None => format!("the default {language} context"),
+            };
+            busy(sandbox_id, &what)
+        }
+        Refusal::UnknownLanguage => invalid(format!(
             "sandbox {sandbox_id} does not know the language `{language}`; code.languages lists \
              the languages its kernels serve"
-        ));
+        )),
+        Refusal::Other => error::status(status, &body, execd.target(), "a code run"),
     }
-    error::status(status, &body, execd.target(), "a code run")
+}
+
+/// `POST /code` with `body`, asking for execd's event stream.
+fn post_code(execd: &mut Execd, body: &[u8], timeouts: Timeouts) -> Result<Response> {
+    execd.send(
+        |e| {
+            Ok(e.request("POST", "/code")?
+                .header("content-type", "application/json")
+                .header("accept", "text/event-stream")
+                .timeouts(timeouts))
+        },
+        body,
+    )
 }
 
 // ------------------------------------------------------------------ kernels
@@ -198,31 +238,26 @@ fn require_kernels(execd: &mut Execd) -> Result<()> {
         code: "0",
     })
     .expect("serialisable");
-    let resp = execd.send(
-        |e| {
-            Ok(e.request("POST", "/code")?
-                .header("content-type", "application/json")
-                .header("accept", "text/event-stream"))
-        },
-        &body,
-    )?;
+    let resp = post_code(execd, &body, Timeouts::API)?;
     let status = resp.status;
     let text = resp.read_all(64 * 1024).unwrap_or_default();
     let text = String::from_utf8_lossy(&text);
-    if text.contains("context not found") {
-        remember_kernels(&execd.sandbox_id, true);
-        return Ok(());
+    match refusal(status, &text) {
+        Refusal::NoContext => {
+            remember_kernels(&execd.sandbox_id, true);
+            Ok(())
+        }
+        Refusal::NoKernels => {
+            remember_kernels(&execd.sandbox_id, false);
+            Err(no_kernels(&execd.sandbox_id))
+        }
+        _ => Err(error::upstream(format!(
+            "{} gave an unexpected answer (HTTP {status}) when asked whether it has a Jupyter \
+             server: {}",
+            execd.target(),
+            text.chars().take(200).collect::<String>()
+        ))),
     }
-    if text.contains("runtime server not configured") {
-        remember_kernels(&execd.sandbox_id, false);
-        return Err(no_kernels(&execd.sandbox_id));
-    }
-    Err(error::upstream(format!(
-        "{} gave an unexpected answer (HTTP {status}) when asked whether it has a Jupyter \
-         server: {}",
-        execd.target(),
-        text.chars().take(200).collect::<String>()
-    )))
 }
 
 fn check_language(language: Option<&str>) -> Result<&str> {
@@ -493,16 +528,11 @@ pub fn run(req: CodeRequest) -> Result<CodeStream> {
         code: &req.code,
     })
     .expect("serialisable");
-    let timeouts = commands::command_timeouts(req.timeout_ms);
     let started_ms = monotonic_ms();
-    let resp = execd.send(
-        |e| {
-            Ok(e.request("POST", "/code")?
-                .header("content-type", "application/json")
-                .header("accept", "text/event-stream")
-                .timeouts(timeouts))
-        },
+    let resp = post_code(
+        &mut execd,
         &body,
+        commands::command_timeouts(req.timeout_ms),
     )?;
     if !(200..300).contains(&resp.status) {
         return Err(refused(&execd, resp, req.context_id.as_deref(), language));
@@ -639,7 +669,8 @@ impl RunState {
                     if let Some(t) = self.overdue() {
                         return Err(self.time_out(t));
                     }
-                    return Err(error::broken_body(t, &self.target()));
+                    let e = error::broken_body(t, &self.target());
+                    return Err(commands::broken_off(&self.execd.sandbox_id, "the code", e));
                 }
             };
             match frame {
@@ -647,7 +678,7 @@ impl RunState {
                 Some(Ok(Frame::Error { code, message })) => {
                     self.finished = true;
                     // execd starts the stream (`init`) before it tries the kernel.
-                    if message.contains("session is busy") {
+                    if refusal(500, &message) == Refusal::Busy {
                         return Err(busy(&self.execd.sandbox_id, &self.target()));
                     }
                     return Err(error::upstream(format!(
@@ -662,7 +693,12 @@ impl RunState {
                 None if self.completed || self.raised => self.finish(&mut out),
                 None => {
                     self.finished = true;
-                    return Err(lost(&self.execd.sandbox_id, &self.target()));
+                    let e = error::upstream(format!(
+                        "the output of {} ended before the run finished (connection lost); the \
+                         code may still be running: interrupt it with code.interrupt",
+                        self.target()
+                    ));
+                    return Err(commands::broken_off(&self.execd.sandbox_id, "the code", e));
                 }
             }
             if self.finished {
@@ -674,23 +710,6 @@ impl RunState {
         }
         Ok(Some(out))
     }
-}
-
-/// The stream ended before the run finished: the sandbox may be gone.
-fn lost(sandbox_id: &str, target: &str) -> EppError {
-    if let Ok(lifecycle) = crate::lifecycle::Lifecycle::new()
-        && let Err(e) = lifecycle.get(sandbox_id)
-        && e.code == ErrorCode::NotFound
-    {
-        Execd::forget(sandbox_id);
-        return not_found(format!(
-            "sandbox {sandbox_id} was deleted (or expired) while the code ran"
-        ));
-    }
-    error::upstream(format!(
-        "the output of {target} ended before the run finished (connection lost); the code may \
-         still be running: interrupt it with code.interrupt"
-    ))
 }
 
 impl GuestCodeStream for CodeStream {
@@ -743,6 +762,27 @@ mod tests {
                 ("text/plain".into(), "1".into()),
             ]
         );
+    }
+
+    #[test]
+    fn execd_refusals_are_told_apart_by_their_words() {
+        let body = |words: &str| {
+            format!(r#"{{"code":"RUNTIME_ERROR","message":"error running codes {words}"}}"#)
+        };
+        let cases = [
+            (
+                "language runtime server not configured, please check your image runtime",
+                Refusal::NoKernels,
+            ),
+            ("context not found", Refusal::NoContext),
+            ("session is busy", Refusal::Busy),
+            ("unknown language: cobol", Refusal::UnknownLanguage),
+            ("something else", Refusal::Other),
+        ];
+        for (words, expected) in cases {
+            assert_eq!(refusal(500, &body(words)), expected, "{words}");
+        }
+        assert_eq!(refusal(404, &body("context not found")), Refusal::Other);
     }
 
     #[test]

@@ -271,52 +271,6 @@ impl StreamState {
         Ok(())
     }
 
-    /// The stream broke off with `e`: says so more precisely when the sandbox
-    /// itself was deleted or stopped. While the server still shows it running
-    /// but its execd does not answer, it may be going away: asked again, for
-    /// about a second. A lost connection to a live sandbox stays `e`.
-    fn lost(&self, e: EppError) -> EppError {
-        if e.code == ErrorCode::TimedOut {
-            return e;
-        }
-        let Ok(lifecycle) = Lifecycle::new() else {
-            return e;
-        };
-        for attempt in 0..4 {
-            match lifecycle.get(&self.sandbox_id) {
-                Err(gone) if gone.code == ErrorCode::NotFound => {
-                    Execd::forget(&self.sandbox_id);
-                    return not_found(format!(
-                        "sandbox {} was deleted (or expired) while the command ran; its output ends here",
-                        self.sandbox_id
-                    ));
-                }
-                Ok(sandbox) if sandbox.status.state != "Running" => {
-                    Execd::forget(&self.sandbox_id);
-                    let why = sandbox
-                        .status
-                        .message
-                        .or(sandbox.status.reason)
-                        .unwrap_or_default();
-                    return error::upstream(format!(
-                        "sandbox {} stopped while the command ran (state {}: {why}); the \
-                         command's outcome is unknown",
-                        self.sandbox_id, sandbox.status.state
-                    ));
-                }
-                Ok(_) if attempt < 3 && !self.execd_answers() => sleep_ms(400),
-                _ => return e,
-            }
-        }
-        e
-    }
-
-    fn execd_answers(&self) -> bool {
-        Execd::connect(&self.sandbox_id)
-            .and_then(|execd| execd.ping())
-            .unwrap_or(false)
-    }
-
     fn timed_out(&self) -> bool {
         self.timeout_ms
             .is_some_and(|t| monotonic_ms().saturating_sub(self.started_ms) + 50 >= t)
@@ -333,7 +287,11 @@ impl StreamState {
                 Ok(frame) => frame,
                 Err(t) => {
                     self.finished = true;
-                    return Err(self.lost(error::broken_body(t, &self.target)));
+                    return Err(broken_off(
+                        &self.sandbox_id,
+                        "the command",
+                        error::broken_body(t, &self.target),
+                    ));
                 }
             };
             match frame {
@@ -362,11 +320,15 @@ impl StreamState {
                 None => {
                     self.finished = true;
                     if out.is_empty() {
-                        return Err(self.lost(error::upstream(format!(
-                            "the command stream from {} ended before the command finished (connection lost); \
+                        return Err(broken_off(
+                            &self.sandbox_id,
+                            "the command",
+                            error::upstream(format!(
+                                "the command stream from {} ended before the command finished (connection lost); \
                              the command may still be running: check commands.status",
-                            self.target
-                        ))));
+                                self.target
+                            )),
+                        ));
                     }
                     break;
                 }
@@ -381,6 +343,51 @@ impl StreamState {
         }
         Ok(Some(out))
     }
+}
+
+/// A stream (of `what`: "the command", "the code") that broke off with `e`:
+/// said more precisely when the sandbox itself was deleted or stopped. While
+/// the server still shows it running but its execd does not answer, it may be
+/// going away: asked again, for about a second. A lost connection to a live
+/// sandbox stays `e`.
+pub(crate) fn broken_off(sandbox_id: &str, what: &str, e: EppError) -> EppError {
+    if e.code == ErrorCode::TimedOut {
+        return e;
+    }
+    let Ok(lifecycle) = Lifecycle::new() else {
+        return e;
+    };
+    let execd_answers = || {
+        Execd::connect(sandbox_id)
+            .and_then(|execd| execd.ping())
+            .unwrap_or(false)
+    };
+    for attempt in 0..4 {
+        match lifecycle.get(sandbox_id) {
+            Err(gone) if gone.code == ErrorCode::NotFound => {
+                Execd::forget(sandbox_id);
+                return not_found(format!(
+                    "sandbox {sandbox_id} was deleted (or expired) while {what} ran; its output ends here"
+                ));
+            }
+            Ok(sandbox) if sandbox.status.state != "Running" => {
+                Execd::forget(sandbox_id);
+                let why = sandbox
+                    .status
+                    .message
+                    .or(sandbox.status.reason)
+                    .unwrap_or_default();
+                return error::upstream(format!(
+                    "sandbox {sandbox_id} stopped while {what} ran (state {}: {why}); {what}'s \
+                     outcome is unknown",
+                    sandbox.status.state
+                ));
+            }
+            Ok(_) if attempt < 3 && !execd_answers() => sleep_ms(400),
+            _ => return e,
+        }
+    }
+    e
 }
 
 impl GuestCommandStream for CommandStream {
