@@ -491,6 +491,24 @@ struct RunState {
     started_ms: u64,
 }
 
+/// The language of a context, which a run in it must name (without one execd
+/// runs the code as a shell command): remembered when this process made the
+/// context, else asked of execd.
+fn context_language(execd: &mut Execd, context_id: &str) -> Result<String> {
+    let context = match remembered_context(&execd.sandbox_id, context_id) {
+        Some(context) => context,
+        None => {
+            require_kernels(execd)?;
+            fetch_context(execd, context_id)?
+        }
+    };
+    Ok(if context.language.is_empty() {
+        DEFAULT_LANGUAGE.to_string()
+    } else {
+        context.language
+    })
+}
+
 pub fn run(req: CodeRequest) -> Result<CodeStream> {
     if req.code.is_empty() {
         return Err(invalid("`code` is empty; give the code to run"));
@@ -501,25 +519,17 @@ pub fn run(req: CodeRequest) -> Result<CodeStream> {
     if let Some(id) = &req.context_id {
         check_id("code context", id)?;
     }
-    let mut language = req.language.as_deref();
-    check_language(language)?;
+    check_language(req.language.as_deref())?;
     let mut execd = Execd::connect(&req.sandbox_id)?;
     if remembered_kernels(&req.sandbox_id) == Some(false) {
         return Err(no_kernels(&req.sandbox_id));
     }
-    // A run in a context needs the context's language (else execd runs a shell command).
-    let known;
-    if let (Some(id), None) = (&req.context_id, language) {
-        known = match remembered_context(&req.sandbox_id, id) {
-            Some(c) => c,
-            None => {
-                require_kernels(&mut execd)?;
-                fetch_context(&mut execd, id)?
-            }
-        };
-        language = Some(known.language.as_str()).filter(|l| !l.is_empty());
-    }
-    let language = language.unwrap_or(DEFAULT_LANGUAGE);
+    let language = match (&req.language, &req.context_id) {
+        (Some(language), _) => language.clone(),
+        (None, Some(id)) => context_language(&mut execd, id)?,
+        (None, None) => DEFAULT_LANGUAGE.to_string(),
+    };
+    let language = language.as_str();
     let body = serde_json::to_vec(&RunCode {
         context: RunContext {
             id: req.context_id.as_deref(),
