@@ -120,6 +120,18 @@ def read_raw_answer(host: Host, want: int, on_line=None) -> bytes:
             return line
 
 
+def output_of(notes: list, method: str) -> dict:
+    """Characters and lines of the output in the `method` notifications (raw lines)."""
+    got = {"bytes": 0, "lines": 0}
+    for line in notes:
+        msg = json.loads(line)
+        if msg["method"] == method:
+            data = msg["params"]["data"]
+            got["bytes"] += len(data)
+            got["lines"] += data.count("\n")
+    return got
+
+
 def w_stream(host: Host, a: dict) -> dict:
     """The client takes the notifications as they come but decodes them only
     after the clock stops (Python's json would otherwise be what is measured);
@@ -135,13 +147,7 @@ def w_stream(host: Host, a: dict) -> dict:
     if json.loads(answer)["result"]["exit_code"] != 0:
         raise RuntimeError("the stream command failed")
     t = ns()
-    got = {"bytes": 0, "lines": 0}
-    for line in notes:
-        msg = json.loads(line)
-        if msg["method"] == "commands.output":
-            data = msg["params"]["data"]
-            got["bytes"] += len(data)
-            got["lines"] += data.count("\n")
+    got = output_of(notes, "commands.output")
     decode_s = (ns() - t) / 1e9
     return {"secs": secs, "text_bytes": got["bytes"], "lines": got["lines"],
             "notifications": len(notes), "decode_s": decode_s}
@@ -507,13 +513,7 @@ def w_code_stream(host: Host, a: dict) -> dict:
     secs = (ns() - t) / 1e9
     if "error" in json.loads(answer)["result"]:
         raise RuntimeError(f"the streamed code raised: {answer[:300]!r}")
-    got = {"bytes": 0, "lines": 0}
-    for line in notes:
-        msg = json.loads(line)
-        if msg["method"] == "code.output":
-            data = msg["params"]["data"]
-            got["bytes"] += len(data)
-            got["lines"] += data.count("\n")
+    got = output_of(notes, "code.output")
     host.call("code.remove_context", {"sandbox_id": a["sandbox"], "context_id": ctx})
     return {"secs": secs, "text_bytes": got["bytes"], "lines": got["lines"], "notifications": len(notes)}
 
