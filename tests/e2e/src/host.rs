@@ -270,6 +270,14 @@ impl Host {
             .map(|m| m.raw)
     }
 
+    /// The first `method` notification of request `req` (e.g. its first
+    /// `commands.output`), waited for up to `timeout`.
+    pub fn first_note(&self, method: &str, req: &Value, timeout: Duration) -> Option<Value> {
+        self.wait_note(timeout, |n| {
+            n["method"] == method && n["params"]["request_id"] == *req
+        })
+    }
+
     /// Closes stdin (end of input) and waits for the process to exit.
     pub fn finish(&mut self, timeout: Duration) -> ExitStatus {
         self.client.close_input();

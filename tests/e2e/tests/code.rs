@@ -248,8 +248,7 @@ fn long_runs_are_interrupted(mode: Mode) {
                "code": "print('looping', flush=True)\nwhile True:\n    pass"}),
     );
     assert!(
-        host.wait_note(Duration::from_secs(60), |n| n["method"] == "code.output"
-            && n["params"]["request_id"] == req)
+        host.first_note("code.output", &req, Duration::from_secs(60))
             .is_some(),
         "the loop never started"
     );
@@ -297,8 +296,7 @@ fn long_runs_are_interrupted(mode: Mode) {
                "code": "print('again', flush=True)\nwhile True:\n    pass"}),
     );
     assert!(
-        host.wait_note(Duration::from_secs(60), |n| n["method"] == "code.output"
-            && n["params"]["request_id"] == req)
+        host.first_note("code.output", &req, Duration::from_secs(60))
             .is_some()
     );
     host.ok("epp.cancel", json!({"id": req}));

@@ -144,9 +144,7 @@ fn cancel_mid_stream(mode: Mode) {
         "commands.run",
         json!({"sandbox_id": id, "cmd": cmd, "stream": true}),
     );
-    let first = host.wait_note(Duration::from_secs(30), |n| {
-        n["method"] == "commands.output" && n["params"]["request_id"] == req
-    });
+    let first = host.first_note("commands.output", &req, Duration::from_secs(30));
     assert!(first.is_some(), "no output before cancel");
     let command_id = host.notes_for("commands.started", &req)[0].1["params"]["command_id"].clone();
     assert_eq!(

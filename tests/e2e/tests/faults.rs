@@ -519,10 +519,8 @@ fn deleted_while_streaming(mode: Mode) {
         "commands.run",
         json!({"sandbox_id": id, "cmd": "for i in $(seq 200); do echo $i; sleep 0.1; done", "stream": true}),
     );
-    host.wait_note(Duration::from_secs(20), |n| {
-        n["method"] == "commands.output" && n["params"]["request_id"] == req
-    })
-    .expect("output before the kill");
+    host.first_note("commands.output", &req, Duration::from_secs(20))
+        .expect("output before the kill");
     let began = Instant::now();
     host.ok("sandbox.kill", json!({"sandbox_id": id}));
     let e = err(
@@ -560,10 +558,8 @@ fn execd_killed(mode: Mode) {
         "commands.run",
         json!({"sandbox_id": id, "cmd": "for i in $(seq 200); do echo $i; sleep 0.1; done", "stream": true}),
     );
-    host.wait_note(Duration::from_secs(20), |n| {
-        n["method"] == "commands.output" && n["params"]["request_id"] == req
-    })
-    .expect("output before execd dies");
+    host.first_note("commands.output", &req, Duration::from_secs(20))
+        .expect("output before execd dies");
     let began = Instant::now();
     // SAFETY: SIGKILL to a testbed process of this user.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);

@@ -46,10 +46,8 @@ fn modes(mode: Mode) {
         "commands.run",
         json!({"sandbox_id": id, "cmd": "sleep 2; echo done", "stream": true}),
     );
-    host.wait_note(Duration::from_secs(20), |n| {
-        n["method"] == "commands.started" && n["params"]["request_id"] == req
-    })
-    .expect("commands.started");
+    host.first_note("commands.started", &req, Duration::from_secs(20))
+        .expect("commands.started");
     let canary = format!("sandbox {id}");
     let scan = scan_guest_memory(host.pid(), &[tb.api_key.as_str(), canary.as_str()])
         .expect("reading the host's guest memory");

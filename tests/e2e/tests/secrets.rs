@@ -30,10 +30,8 @@ fn the_api_key_never_reaches_guest_memory() {
         "commands.run",
         json!({"sandbox_id": id, "cmd": "sleep 3; echo done", "stream": true}),
     );
-    host.wait_note(Duration::from_secs(20), |n| {
-        n["method"] == "commands.started" && n["params"]["request_id"] == req
-    })
-    .expect("commands.started");
+    host.first_note("commands.started", &req, Duration::from_secs(20))
+        .expect("commands.started");
     let needles = [key.as_str(), password.as_str(), canary.as_str()];
     let during = scan_guest_memory(host.pid(), &needles).expect("reading the host's guest memory");
     host.wait(&req, Duration::from_secs(60))

@@ -181,9 +181,7 @@ fn timeout_and_cancel_end_the_group(mode: Mode) {
         json!({"sandbox_id": id, "session_id": session, "cmd": "echo go; sleep 4201", "stream": true}),
     );
     assert!(
-        host.wait_note(Duration::from_secs(30), |n| n["method"]
-            == "commands.output"
-            && n["params"]["request_id"] == req)
+        host.first_note("commands.output", &req, Duration::from_secs(30))
             .is_some()
     );
     host.ok("epp.cancel", json!({"id": req}));

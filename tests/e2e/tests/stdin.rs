@@ -12,9 +12,7 @@ fn start(host: &Host, sandbox: &str, cmd: &str) -> (Value, String) {
         json!({"sandbox_id": sandbox, "cmd": cmd, "stdin": true, "stream": true}),
     );
     let started = host
-        .wait_note(Duration::from_secs(30), |n| {
-            n["method"] == "commands.started" && n["params"]["request_id"] == req
-        })
+        .first_note("commands.started", &req, Duration::from_secs(30))
         .expect("commands.started");
     let id = started["params"]["command_id"]
         .as_str()
@@ -60,9 +58,7 @@ fn input_reaches_the_program(mode: Mode) {
                "stream": true, "envs": {"A": "x y"}, "cwd": "/tmp"}),
     );
     let started = host
-        .wait_note(Duration::from_secs(30), |n| {
-            n["method"] == "commands.started" && n["params"]["request_id"] == req
-        })
+        .first_note("commands.started", &req, Duration::from_secs(30))
         .expect("commands.started");
     input(
         &host,
