@@ -132,21 +132,16 @@ pub fn serve_options(args: &HostArgs) -> ServeOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::grant::test_setting as setting;
+    use crate::net::grant::test_provider;
     use crate::runtime::bindings::abx::epp::types::{Capabilities, HeaderScope, SecretHeader};
     use clap::Parser;
 
     fn info() -> ProviderInfo {
-        ProviderInfo {
-            id: "example".into(),
-            version: "1".into(),
-            capabilities: Vec::new(),
-            settings: vec![
-                setting("base_url", &["EX_BASE_URL"], false),
-                setting("api_key", &["EX_API_KEY", "EX_KEY"], true),
-                setting("password", &["EX_PASSWORD"], true),
-            ],
-        }
+        test_provider(&[
+            ("base_url", &["EX_BASE_URL"], false),
+            ("api_key", &["EX_API_KEY", "EX_KEY"], true),
+            ("password", &["EX_PASSWORD"], true),
+        ])
     }
 
     fn needs() -> ProviderNeeds {

@@ -125,22 +125,17 @@ pub fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::grant::test_setting as setting;
+    use crate::net::grant::test_provider;
     use crate::runtime::bindings::abx::epp::types::{Capabilities, HeaderScope, SecretHeader};
     use serde_json::json;
 
     fn info() -> ProviderInfo {
-        ProviderInfo {
-            id: "example".into(),
-            version: "1".into(),
-            capabilities: Vec::new(),
-            settings: vec![
-                setting("base_url", &["EX_BASE_URL", "EX_URL"], false),
-                setting("api_key", &["EX_API_KEY"], true),
-                setting("timeout", &["EX_TIMEOUT"], false),
-                setting("policy", &["EX_POLICY"], false),
-            ],
-        }
+        test_provider(&[
+            ("base_url", &["EX_BASE_URL", "EX_URL"], false),
+            ("api_key", &["EX_API_KEY"], true),
+            ("timeout", &["EX_TIMEOUT"], false),
+            ("policy", &["EX_POLICY"], false),
+        ])
     }
 
     fn needs() -> ProviderNeeds {

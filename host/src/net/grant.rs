@@ -500,6 +500,22 @@ fn secret_headers(
 #[cfg(test)]
 mod tests;
 
+/// An `example` provider with these settings (name, variables, secret) and no
+/// capabilities, for the unit tests of the grant and of what builds on it
+/// (configuration, provider options).
+#[cfg(test)]
+pub(crate) fn test_provider(settings: &[(&str, &[&str], bool)]) -> ProviderInfo {
+    ProviderInfo {
+        id: "example".into(),
+        version: "1".into(),
+        capabilities: Vec::new(),
+        settings: settings
+            .iter()
+            .map(|(name, env, secret)| test_setting(name, env, *secret))
+            .collect(),
+    }
+}
+
 /// A setting with no default or description, for the unit tests of the grant
 /// and of what builds on it (configuration, provider options).
 #[cfg(test)]

@@ -1,22 +1,17 @@
-use super::test_setting as setting;
+use super::test_provider;
 use super::*;
 use crate::runtime::bindings::abx::epp::types::{Capabilities, SecretHeader as WitSecretHeader};
 use std::collections::HashMap;
 
 /// An example provider with a URL setting, a host + scheme pair and a secret key.
 fn info() -> ProviderInfo {
-    ProviderInfo {
-        id: "example".into(),
-        version: "1".into(),
-        capabilities: Vec::new(),
-        settings: vec![
-            setting("base_url", &["EX_BASE_URL", "EX_URL"], false),
-            setting("domain", &["EX_DOMAIN"], false),
-            setting("protocol", &["EX_PROTOCOL"], false),
-            setting("api_key", &["EX_API_KEY", "EX_KEY"], true),
-            setting("label", &["EX_LABEL"], false),
-        ],
-    }
+    test_provider(&[
+        ("base_url", &["EX_BASE_URL", "EX_URL"], false),
+        ("domain", &["EX_DOMAIN"], false),
+        ("protocol", &["EX_PROTOCOL"], false),
+        ("api_key", &["EX_API_KEY", "EX_KEY"], true),
+        ("label", &["EX_LABEL"], false),
+    ])
 }
 
 fn needs(origin: &[&str]) -> ProviderNeeds {
