@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, BufReader};
-use tokio::sync::{Notify, Semaphore, oneshot};
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tracing::Instrument;
 
 /// How the server behaves; see `epp-host run --help`.
@@ -28,7 +28,13 @@ pub struct ServeOptions {
 
 struct Inflight {
     cancel: Option<oneshot::Sender<()>>,
+    /// Where the request's input notifications go (`methods::takes_input`).
+    input: Option<mpsc::Sender<Map<String, Value>>>,
 }
+
+/// Input notifications (1 MiB chunks, say) queued for a request before the
+/// reader stops reading stdin: back-pressure to the client, bounded memory.
+const INPUT_QUEUE: usize = 4;
 
 /// State shared by the reader loop and the request tasks.
 pub struct Server {
@@ -107,6 +113,7 @@ impl Server {
                     self.cancel(&params);
                 }
                 "epp.shutdown" => self.shutdown.notify_one(),
+                m if methods::is_input(m) => self.feed(m, params).await,
                 _ => tracing::warn!(
                     method,
                     "ignoring a notification (it has no id, so it gets no answer)"
@@ -127,6 +134,43 @@ impl Server {
             .map(|tx| tx.send(()).is_ok())
             .unwrap_or(false);
         Some(cancelled)
+    }
+
+    /// Hands an input notification to the request its `request_id` names,
+    /// waiting while that request's queue is full (so stdin is read no faster
+    /// than the request consumes it). Input for a request that is not in
+    /// flight, or takes none, is dropped with a warning: a notification gets
+    /// no answer, and the request it was meant for ends with its own.
+    async fn feed(&self, method: &str, params: Map<String, Value>) {
+        let Some(id) = params.get("request_id") else {
+            tracing::warn!(
+                method,
+                "ignoring input without `request_id` (the request it is for)"
+            );
+            return;
+        };
+        let key = id_key(id);
+        let tx = {
+            let inflight = self.inflight.lock().expect("lock");
+            inflight.get(&key).map(|entry| entry.input.clone())
+        };
+        match tx {
+            Some(Some(tx)) => {
+                if tx.send(params).await.is_err() {
+                    tracing::debug!(method, request_id = %key, "input for a request that no longer reads it; dropped");
+                }
+            }
+            Some(None) => tracing::warn!(
+                method,
+                request_id = %key,
+                "ignoring input for a request that takes none"
+            ),
+            None => tracing::warn!(
+                method,
+                request_id = %key,
+                "ignoring input for a request that is not in flight"
+            ),
+        }
     }
 
     async fn dispatch(self: &Arc<Self>, id: Value, method: String, params: Map<String, Value>) {
@@ -150,11 +194,24 @@ impl Server {
         }
         let key = id_key(&id);
         let (tx, rx) = oneshot::channel();
+        let (input_tx, input_rx) = match methods::takes_input(&method, &params) {
+            true => {
+                let (tx, rx) = mpsc::channel(INPUT_QUEUE);
+                (Some(tx), Some(rx))
+            }
+            false => (None, None),
+        };
         let fresh = {
             let mut inflight = self.inflight.lock().expect("lock");
             let fresh = !inflight.contains_key(&key);
             if fresh {
-                inflight.insert(key.clone(), Inflight { cancel: Some(tx) });
+                inflight.insert(
+                    key.clone(),
+                    Inflight {
+                        cancel: Some(tx),
+                        input: input_tx,
+                    },
+                );
             }
             fresh
         };
@@ -188,7 +245,7 @@ impl Server {
         }
         tokio::spawn(
             async move {
-                server.run(id, method, params, rx).await;
+                server.run(id, method, params, rx, input_rx).await;
                 drop(permit);
                 server.inflight.lock().expect("lock").remove(&key);
                 server.finished.notify_waiters();
@@ -203,6 +260,7 @@ impl Server {
         method: String,
         params: Map<String, Value>,
         cancel: oneshot::Receiver<()>,
+        input: Option<methods::Input>,
     ) {
         let ctx = CallCtx::new(
             self.runtime.clone(),
@@ -211,7 +269,8 @@ impl Server {
             id.clone(),
             self.opts.max_output_bytes,
             self.background.clone(),
-        );
+        )
+        .with_input(input);
         let cancelled = async {
             if cancel.await.is_err() {
                 std::future::pending::<()>().await;

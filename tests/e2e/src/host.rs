@@ -196,6 +196,11 @@ impl Host {
         self.client.request(method, params)
     }
 
+    /// Sends a notification (no id, no answer).
+    pub fn notify(&self, method: &str, params: Value) {
+        self.client.notify(method, params);
+    }
+
     pub fn send_with_id(&self, id: Value, method: &str, params: Value) {
         self.client.request_with_id(id, method, params);
     }

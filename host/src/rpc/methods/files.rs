@@ -27,6 +27,15 @@ pub enum Encoding {
     Base64,
 }
 
+impl Encoding {
+    fn name(self) -> &'static str {
+        match self {
+            Encoding::Utf8 => "utf8",
+            Encoding::Base64 => "base64",
+        }
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReadParams {
@@ -36,6 +45,9 @@ pub struct ReadParams {
     encoding: Encoding,
     offset: Option<u64>,
     length: Option<u64>,
+    /// Send the content in `files.data` notifications as it arrives.
+    #[serde(default)]
+    stream: bool,
 }
 
 /// `files.write`: one file (`path`, `content`) or several in one call (`files`).
@@ -49,6 +61,10 @@ pub struct WriteParams {
     encoding: Encoding,
     mode: Option<Value>,
     files: Option<Vec<FileParams>>,
+    /// The content follows in `files.write_chunk` notifications, `size` bytes in all.
+    #[serde(default)]
+    stream: bool,
+    size: Option<u64>,
 }
 
 /// One file of `files.write` with `files`: the single-file params less `sandbox_id`.
@@ -79,6 +95,13 @@ pub async fn read(ctx: &CallCtx, p: ReadParams) -> Result<Value, RpcError> {
     };
     let mut inst = ctx.instance().await?;
     let reader = guest!(inst, call_files_read, &p.sandbox_id, &p.path, range)?;
+    if p.stream {
+        let start = p.offset.unwrap_or(0);
+        let sent = send_data(ctx, &mut inst, reader, &p.path, p.encoding, start).await;
+        drop_resource(&mut inst, reader).await;
+        let size = sent?;
+        return Ok(json!({"size": size, "encoding": p.encoding.name()}));
+    }
     let bytes = drain(ctx, &mut inst, reader, &p.path).await;
     drop_resource(&mut inst, reader).await;
     let bytes = bytes?;
@@ -86,21 +109,13 @@ pub async fn read(ctx: &CallCtx, p: ReadParams) -> Result<Value, RpcError> {
     let content = match p.encoding {
         Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(&bytes),
         Encoding::Utf8 => String::from_utf8(bytes).map_err(|e| {
-            RpcError::invalid_params(
-                method,
-                format!(
-                    "{} is not UTF-8 text (invalid byte at offset {}); read it with encoding \"base64\"",
-                    p.path,
-                    e.utf8_error().valid_up_to()
-                ),
+            not_text(
+                &p.path,
+                p.offset.unwrap_or(0) + e.utf8_error().valid_up_to() as u64,
             )
         })?,
     };
-    let encoding = if p.encoding == Encoding::Base64 {
-        "base64"
-    } else {
-        "utf8"
-    };
+    let encoding = p.encoding.name();
     // Built by hand: `json!` would serialise `content` into a copy of itself
     // (32 MiB more to allocate and write for a 32 MiB file).
     let mut answer = Map::with_capacity(3);
@@ -128,26 +143,121 @@ async fn drain(
         return Err(too_big(path, cap));
     }
     let mut bytes = Vec::with_capacity(size.unwrap_or(0).min(cap as u64) as usize);
-    let mut empty = 0;
-    while let Some(chunk) = guest_res!(*inst, file_reader.call_read, reader, CHUNK as u32)? {
-        if chunk.is_empty() {
-            // Neither data nor the end: tolerated a little, never forever.
-            empty += 1;
-            if empty >= MAX_EMPTY_CHUNKS {
-                return Err(RpcError::fault(format!(
-                    "the provider's file reader returned {MAX_EMPTY_CHUNKS} empty chunks in a row \
-                     for {path} (no data and no end); stopped; report this provider bug"
-                )));
-            }
-            continue;
-        }
-        empty = 0;
+    let mut chunks = Chunks::new(reader, path);
+    while let Some(chunk) = chunks.next(inst).await? {
         if bytes.len() + chunk.len() > cap {
             return Err(too_big(path, cap));
         }
         bytes.extend_from_slice(&chunk);
     }
     Ok(bytes)
+}
+
+/// The non-empty chunks of a provider's file reader, until its end.
+struct Chunks<'a> {
+    reader: ResourceAny,
+    path: &'a str,
+}
+
+impl<'a> Chunks<'a> {
+    fn new(reader: ResourceAny, path: &'a str) -> Self {
+        Chunks { reader, path }
+    }
+
+    async fn next(&mut self, inst: &mut Instance) -> Result<Option<Vec<u8>>, RpcError> {
+        let mut empty = 0;
+        loop {
+            match guest_res!(*inst, file_reader.call_read, self.reader, CHUNK as u32)? {
+                None => return Ok(None),
+                Some(chunk) if !chunk.is_empty() => return Ok(Some(chunk)),
+                // Neither data nor the end: tolerated a little, never forever.
+                Some(_) => {
+                    empty += 1;
+                    if empty >= MAX_EMPTY_CHUNKS {
+                        return Err(RpcError::fault(format!(
+                            "the provider's file reader returned {MAX_EMPTY_CHUNKS} empty chunks in a row \
+                             for {} (no data and no end); stopped; report this provider bug",
+                            self.path
+                        )));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `files.read` with `stream: true`: each chunk the provider hands over goes
+/// out at once as `files.data {request_id, offset, content}`, so the client
+/// gets the first bytes while the rest still arrives and no size limit
+/// applies. UTF-8 text is cut only between characters (a character split by
+/// a chunk waits for the next one). Answers the number of bytes sent.
+async fn send_data(
+    ctx: &CallCtx,
+    inst: &mut Instance,
+    reader: ResourceAny,
+    path: &str,
+    encoding: Encoding,
+    start: u64,
+) -> Result<u64, RpcError> {
+    let mut chunks = Chunks::new(reader, path);
+    // Bytes sent so far, and the start of a character the last chunk cut.
+    let mut sent = 0u64;
+    let mut carry: Vec<u8> = Vec::new();
+    while let Some(chunk) = chunks.next(inst).await? {
+        let (content, len) = match encoding {
+            Encoding::Base64 => (
+                base64::engine::general_purpose::STANDARD.encode(&chunk),
+                chunk.len(),
+            ),
+            Encoding::Utf8 => {
+                let bytes = match carry.is_empty() {
+                    true => chunk,
+                    false => [std::mem::take(&mut carry), chunk].concat(),
+                };
+                let (text, rest) =
+                    utf8_prefix(bytes).map_err(|at| not_text(path, start + sent + at as u64))?;
+                carry = rest;
+                let len = text.len();
+                (text, len)
+            }
+        };
+        let len = len as u64;
+        if len > 0 {
+            let mut params = Map::with_capacity(3);
+            params.insert("offset".into(), (start + sent).into());
+            params.insert("content".into(), Value::String(content));
+            ctx.notify("files.data", Value::Object(params)).await;
+        }
+        sent += len;
+    }
+    if !carry.is_empty() {
+        // The file ends inside a character.
+        return Err(not_text(path, start + sent));
+    }
+    Ok(sent)
+}
+
+/// The longest valid UTF-8 text at the front of `bytes` and the bytes of an
+/// unfinished character after it, or the offset of the first invalid byte.
+fn utf8_prefix(mut bytes: Vec<u8>) -> Result<(String, Vec<u8>), usize> {
+    match std::str::from_utf8(&bytes) {
+        Ok(_) => Ok((String::from_utf8(bytes).expect("checked"), Vec::new())),
+        // `error_len` none: the input ended inside a character.
+        Err(e) if e.error_len().is_none() => {
+            let rest = bytes.split_off(e.valid_up_to());
+            Ok((String::from_utf8(bytes).expect("checked"), rest))
+        }
+        Err(e) => Err(e.valid_up_to()),
+    }
+}
+
+fn not_text(path: &str, offset: u64) -> RpcError {
+    RpcError::invalid_params(
+        "files.read",
+        format!(
+            "{path} is not UTF-8 text (invalid byte at offset {offset}); read it with encoding \"base64\""
+        ),
+    )
 }
 
 fn too_big(path: &str, cap: usize) -> RpcError {
@@ -169,12 +279,39 @@ pub async fn write(ctx: &CallCtx, p: WriteParams) -> Result<Value, RpcError> {
             content: None,
             mode: None,
             encoding: Encoding::Utf8,
+            stream: false,
+            size: None,
             sandbox_id,
         } => return write_many(ctx, sandbox_id, files).await,
         WriteParams { files: Some(_), .. } => {
             return Err(bad(
                 "`files` lists every file with its own `path`, `content`, \
-                 `encoding` and `mode`; leave those out of the params themselves"
+                 `encoding` and `mode`; leave those out of the params themselves \
+                 (and `stream` and `size`: stream one file at a time)"
+                    .into(),
+            ));
+        }
+        WriteParams {
+            stream: true,
+            path: Some(path),
+            content: None,
+            size: Some(size),
+            sandbox_id,
+            encoding,
+            mode,
+            files: None,
+        } => return write_streamed(ctx, sandbox_id, path, size, encoding, mode).await,
+        WriteParams { stream: true, .. } => {
+            return Err(bad(
+                "`stream: true` takes `path` and `size` (the exact number of bytes), and no \
+                 `content`: send the content in `files.write_chunk` notifications \
+                 {request_id, content}"
+                    .into(),
+            ));
+        }
+        WriteParams { size: Some(_), .. } => {
+            return Err(bad(
+                "`size` goes with `stream: true`; a write with `content` takes its size from it"
                     .into(),
             ));
         }
@@ -185,6 +322,7 @@ pub async fn write(ctx: &CallCtx, p: WriteParams) -> Result<Value, RpcError> {
             encoding,
             mode,
             files: None,
+            ..
         } => (
             sandbox_id,
             FileParams {
@@ -196,8 +334,9 @@ pub async fn write(ctx: &CallCtx, p: WriteParams) -> Result<Value, RpcError> {
         ),
         _ => {
             return Err(bad(
-                "give `path` and `content` (one file), or `files`: a list of \
-                 {path, content, encoding?, mode?} (several files in one call)"
+                "give `path` and `content` (one file), `files`: a list of \
+                 {path, content, encoding?, mode?} (several files in one call), or \
+                 `path`, `size` and `stream: true` (content in `files.write_chunk`s)"
                     .into(),
             ));
         }
@@ -217,13 +356,96 @@ pub async fn write(ctx: &CallCtx, p: WriteParams) -> Result<Value, RpcError> {
         for chunk in bytes.chunks(CHUNK) {
             guest_res!(inst, file_writer.call_write, writer, chunk)?;
         }
-        // Called by name so the codec answers the file-info, as files.get_info's.
-        let info = ctx
-            .codec
-            .call(&mut inst, FINISH, &[Val::Resource(writer)])
-            .await?
-            .ok_or_else(|| RpcError::fault(format!("`{FINISH}` answered nothing")))?;
-        ctx.codec.to_json(FINISH, info)
+        finish(ctx, &mut inst, writer).await
+    }
+    .await;
+    drop_resource(&mut inst, writer).await;
+    result
+}
+
+/// Ends a write: the file-info of the new file, as files.get_info answers it
+/// (called by name so that the codec projects it).
+async fn finish(
+    ctx: &CallCtx,
+    inst: &mut Instance,
+    writer: ResourceAny,
+) -> Result<Value, RpcError> {
+    let info = ctx
+        .codec
+        .call(inst, FINISH, &[Val::Resource(writer)])
+        .await?
+        .ok_or_else(|| RpcError::fault(format!("`{FINISH}` answered nothing")))?;
+    ctx.codec.to_json(FINISH, info)
+}
+
+/// One `files.write_chunk` notification: a piece of a streamed write's content.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WriteChunk {
+    #[allow(dead_code)]
+    request_id: Value,
+    content: String,
+}
+
+/// `files.write` with `stream: true`: the provider's writer is opened at once
+/// and each `files.write_chunk` goes into it as it arrives (the server hands
+/// them over in order, reading stdin no faster than they are written), so the
+/// upload runs while the client still sends. Answered once `size` bytes are in
+/// and the provider has finished the file. Any error (a bad chunk, more bytes
+/// than `size`, the upload failing) ends the request with the file unchanged;
+/// chunks that follow are dropped.
+async fn write_streamed(
+    ctx: &CallCtx,
+    sandbox_id: String,
+    path: String,
+    size: u64,
+    encoding: Encoding,
+    mode: Option<Value>,
+) -> Result<Value, RpcError> {
+    let bad = |e: String| RpcError::invalid_params("files.write", e);
+    let mode = mode
+        .as_ref()
+        .map(|m| decode::mode(m, "mode"))
+        .transpose()
+        .map_err(bad)?;
+    let mut input = ctx.take_input().ok_or_else(|| {
+        RpcError::fault("a streamed files.write was started without its input channel")
+    })?;
+    let mut inst = ctx.instance().await?;
+    let writer = guest!(inst, call_files_write, &sandbox_id, &path, size, mode)?;
+    let result = async {
+        let mut written = 0u64;
+        while written < size {
+            // The sender lives as long as the request: `None` cannot happen
+            // while it runs; the request's deadline bounds a silent client.
+            let Some(params) = input.recv().await else {
+                return Err(RpcError::fault("the input of this write ended early"));
+            };
+            let chunk: WriteChunk = serde_json::from_value(Value::Object(params))
+                .map_err(|e| bad(format!("a `files.write_chunk` for {path}: {e}")))?;
+            let bytes = match encoding {
+                Encoding::Utf8 => chunk.content.into_bytes(),
+                Encoding::Base64 => base64::engine::general_purpose::STANDARD
+                    .decode(&chunk.content)
+                    .map_err(|e| {
+                        bad(format!(
+                            "the `files.write_chunk` at byte {written} of {path} is not valid \
+                             base64 ({e}); the file was not changed"
+                        ))
+                    })?,
+            };
+            if written + bytes.len() as u64 > size {
+                return Err(bad(format!(
+                    "the chunks for {path} carry more than `size` ({size}) bytes; \
+                     the file was not changed"
+                )));
+            }
+            for piece in bytes.chunks(CHUNK) {
+                guest_res!(inst, file_writer.call_write, writer, piece)?;
+            }
+            written += bytes.len() as u64;
+        }
+        finish(ctx, &mut inst, writer).await
     }
     .await;
     drop_resource(&mut inst, writer).await;
@@ -301,4 +523,28 @@ fn file_info_val(info: FileInfo) -> Val {
         ("group".into(), text(info.group)),
         ("modified-at".into(), text(info.modified_at)),
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::utf8_prefix;
+
+    #[test]
+    fn text_is_cut_between_characters() {
+        let text = "aé🦀z".as_bytes();
+        // Every cut of the text: the front is whole characters, the rest the
+        // start of the character the cut went through.
+        for cut in 0..=text.len() {
+            let (front, rest) = utf8_prefix(text[..cut].to_vec()).expect("valid so far");
+            assert!(rest.len() < 4, "cut {cut}");
+            assert_eq!([front.as_bytes(), &rest].concat(), &text[..cut]);
+            let whole = [rest, text[cut..].to_vec()].concat();
+            let (back, none) = utf8_prefix(whole).expect("the rest completes it");
+            assert!(none.is_empty());
+            assert_eq!(front + &back, "aé🦀z");
+        }
+        // An invalid byte is an error at its offset, not a character to wait for.
+        assert_eq!(utf8_prefix(b"ab\xffcd".to_vec()), Err(2));
+        assert_eq!(utf8_prefix(b"ab\xc3(".to_vec()), Err(2));
+    }
 }

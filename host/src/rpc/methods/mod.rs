@@ -65,7 +65,13 @@ pub struct CallCtx {
     /// What the provider reported it made during a call that has not returned
     /// (`request.made`): undone if the request is abandoned.
     pub made: Arc<Mutex<Vec<String>>>,
+    /// The client's input to this request (`files.write_chunk` notifications),
+    /// in arrival order, for a request that takes some (`takes_input`).
+    pub input: Mutex<Option<Input>>,
 }
+
+/// The params of the notifications a request takes as input, as they arrived.
+pub type Input = tokio::sync::mpsc::Receiver<Map<String, Value>>;
 
 impl CallCtx {
     pub fn new(
@@ -87,7 +93,19 @@ impl CallCtx {
             answered: Mutex::new(Vec::new()),
             deadline: Mutex::new(None),
             made: Arc::new(Mutex::new(Vec::new())),
+            input: Mutex::new(None),
         }
+    }
+
+    /// Gives this request the receiving end of its input (see `takes_input`).
+    pub fn with_input(self, input: Option<Input>) -> CallCtx {
+        *self.input.lock().expect("lock") = input;
+        self
+    }
+
+    /// The request's input, taken once by the method that reads it.
+    pub fn take_input(&self) -> Option<Input> {
+        self.input.lock().expect("lock").take()
     }
 
     /// A fresh instance serving this request: it knows the request's deadline
@@ -356,9 +374,28 @@ pub fn deadline(name: &str, params: &Map<String, Value>, default: Duration) -> O
     Some(default)
 }
 
+/// The notification that carries a streamed `files.write`'s content.
+pub const WRITE_CHUNK: &str = "files.write_chunk";
+
+/// Whether `method` is a notification that feeds an in-flight request
+/// (`request_id` names it) rather than a request of its own.
+pub fn is_input(method: &str) -> bool {
+    method == WRITE_CHUNK
+}
+
+/// Whether this request reads input notifications while it runs: a
+/// `files.write` with `stream: true` takes its content as `files.write_chunk`s.
+/// The server decides this when it reads the request, so that chunks sent
+/// right behind it are never lost.
+pub fn takes_input(method: &str, params: &Map<String, Value>) -> bool {
+    method == "files.write" && params.get("stream") == Some(&Value::Bool(true))
+}
+
 /// The capability a request needs that the provider lacks, if any, and what
-/// to call the request in the E8004 message. Streaming a command's output
-/// (`stream: true`) needs `exec.stream` besides the method's own capability.
+/// to call the request in the E8004 message. Streaming a command's or code
+/// run's output (`stream: true`) needs `exec.stream` besides the method's own
+/// capability; streaming a file's content needs only `files.rw` (every file
+/// reader and writer is already chunked).
 fn missing_capability(
     method: &Method,
     params: &Map<String, Value>,
@@ -367,7 +404,10 @@ fn missing_capability(
     if !supports(method.capability) {
         return Some((method.name.to_string(), method.capability));
     }
-    if method.stream && params.get("stream") == Some(&Value::Bool(true)) && !supports("exec.stream")
+    if method.stream
+        && method.capability != "files.rw"
+        && params.get("stream") == Some(&Value::Bool(true))
+        && !supports("exec.stream")
     {
         return Some((
             format!("{} with `stream: true`", method.name),
@@ -543,6 +583,29 @@ mod tests {
         // A plain method's `stream` field (none has one today) would not count.
         let info = table::find("sandbox.get_info").unwrap();
         assert_eq!(missing_capability(info, &streamed, no_stream), None);
+        // A file's content streams through the reader and writer that every
+        // files.rw provider has.
+        let read = table::find("files.read").unwrap();
+        assert_eq!(missing_capability(read, &streamed, no_stream), None);
+        let no_files = |c: &str| c != "files.rw";
+        assert_eq!(
+            missing_capability(read, &streamed, no_files),
+            Some(("files.read".into(), "files.rw"))
+        );
+    }
+
+    #[test]
+    fn only_a_streamed_write_takes_input() {
+        let streamed = params(json!({"sandbox_id": "s", "path": "/a", "size": 1, "stream": true}));
+        assert!(takes_input("files.write", &streamed));
+        assert!(!takes_input("files.read", &streamed));
+        assert!(!takes_input("commands.run", &streamed));
+        let whole = params(json!({"sandbox_id": "s", "path": "/a", "content": "x"}));
+        assert!(!takes_input("files.write", &whole));
+        let odd = params(json!({"sandbox_id": "s", "path": "/a", "stream": "yes"}));
+        assert!(!takes_input("files.write", &odd));
+        assert!(is_input(WRITE_CHUNK));
+        assert!(!is_input("epp.cancel"));
     }
 
     #[test]

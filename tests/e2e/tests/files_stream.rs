@@ -1,0 +1,366 @@
+//! Streamed file content over stdio: `files.write {stream: true}` fed by
+//! `files.write_chunk` notifications, and `files.read {stream: true}` answered
+//! in `files.data` notifications.
+
+use epp_e2e::{Host, HostBuilder, Mode, b64d, b64e, both_modes, workdir};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const MIB: usize = 1 << 20;
+
+/// Bytes of every value, in an order that repeats only every 251 × 256.
+fn binary(len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i % 256) as u8 ^ (i / 251) as u8)
+        .collect()
+}
+
+/// Starts a streamed write of `content` in chunks of `chunk` bytes (base64)
+/// and returns the request id, without waiting for the answer.
+fn send_write(host: &Host, id: &str, path: &str, content: &[u8], chunk: usize) -> Value {
+    let req = host.send(
+        "files.write",
+        json!({"sandbox_id": id, "path": path, "size": content.len(),
+               "encoding": "base64", "mode": "0600", "stream": true}),
+    );
+    for piece in content.chunks(chunk) {
+        host.notify(
+            "files.write_chunk",
+            json!({"request_id": req, "content": b64e(piece)}),
+        );
+    }
+    req
+}
+
+/// A streamed read: the answer, and the `files.data` notifications' offsets
+/// and contents (decoded when base64) in arrival order.
+fn read_streamed(host: &Host, params: Value) -> (Value, Vec<(u64, Vec<u8>)>) {
+    let base64 = params["encoding"] == "base64";
+    let req = host.send("files.read", params);
+    let answer = host
+        .wait(&req, Duration::from_secs(120))
+        .expect("streamed read");
+    let data = host
+        .notes_for("files.data", &req)
+        .into_iter()
+        .map(|(_, n)| {
+            let content = n["params"]["content"].as_str().expect("content");
+            let bytes = match base64 {
+                true => b64d(content),
+                false => content.as_bytes().to_vec(),
+            };
+            (n["params"]["offset"].as_u64().expect("offset"), bytes)
+        })
+        .collect();
+    (answer, data)
+}
+
+/// The pieces in order, checking that each starts where the last ended.
+fn joined(start: u64, data: &[(u64, Vec<u8>)]) -> Vec<u8> {
+    let mut all = Vec::new();
+    for (offset, bytes) in data {
+        assert_eq!(*offset, start + all.len() as u64, "pieces are contiguous");
+        assert!(!bytes.is_empty(), "no empty piece");
+        all.extend_from_slice(bytes);
+    }
+    all
+}
+
+fn binary_round_trip(mode: Mode) {
+    let host = Host::start(mode);
+    let id = host.create_sandbox();
+    let path = format!("{}/stream ü dir/all bytes ñ.bin", workdir(&host, &id));
+    let content = binary(3 * MIB + 5);
+    // Uneven chunks: the host must not care where the client cuts.
+    let req = send_write(&host, &id, &path, &content, 700_001);
+    let info = host
+        .wait(&req, Duration::from_secs(120))
+        .expect("streamed write");
+    assert_eq!(info["size"], content.len(), "{info}");
+    assert_eq!(info["path"], path.as_str());
+    assert_eq!(info["mode"], "0600", "{info}");
+
+    let (answer, data) = read_streamed(
+        &host,
+        json!({"sandbox_id": id, "path": path, "encoding": "base64", "stream": true}),
+    );
+    assert_eq!(
+        answer,
+        json!({"size": content.len(), "encoding": "base64"}),
+        "the answer carries no content"
+    );
+    assert!(data.len() >= 3, "{} pieces for 3 MiB", data.len());
+    assert!(
+        data.iter().all(|(_, b)| b.len() <= MIB),
+        "pieces of ≤ 1 MiB"
+    );
+    assert!(joined(0, &data) == content, "read back what was written");
+
+    // A range: offsets are the file's, and only the range is sent.
+    let (answer, data) = read_streamed(
+        &host,
+        json!({"sandbox_id": id, "path": path, "encoding": "base64", "stream": true,
+               "offset": MIB - 3, "length": 10}),
+    );
+    assert_eq!(answer["size"], 10, "{answer}");
+    assert_eq!(joined((MIB - 3) as u64, &data), &content[MIB - 3..MIB + 7]);
+}
+both_modes!(binary_content_streams_both_ways, super::binary_round_trip);
+
+#[test]
+fn text_is_cut_only_between_characters() {
+    let host = Host::start(Mode::Direct);
+    let id = host.create_sandbox();
+    let dir = workdir(&host, &id);
+    // A two-byte character across the first 1 MiB boundary, a four-byte one
+    // across the second.
+    let mut text = "a".repeat(MIB - 1);
+    text.push('é');
+    text.push_str(&"b".repeat(MIB - 3));
+    text.push('🦀');
+    text.push_str("\n\"quoted\" \\ end\n");
+    let path = format!("{dir}/text.txt");
+    let req = host.send(
+        "files.write",
+        json!({"sandbox_id": id, "path": path, "size": text.len(), "stream": true}),
+    );
+    // Text chunks are JSON strings, so they are whole characters by nature.
+    let (head, tail) = text.split_at(MIB - 1);
+    for piece in [head, tail] {
+        host.notify(
+            "files.write_chunk",
+            json!({"request_id": req, "content": piece}),
+        );
+    }
+    let info = host.wait(&req, Duration::from_secs(60)).expect("write");
+    assert_eq!(info["size"], text.len());
+
+    let (answer, data) = read_streamed(
+        &host,
+        json!({"sandbox_id": id, "path": path, "stream": true}),
+    );
+    assert_eq!(answer, json!({"size": text.len(), "encoding": "utf8"}));
+    assert!(data.len() >= 2, "{} pieces", data.len());
+    assert_eq!(String::from_utf8(joined(0, &data)).unwrap(), text);
+
+    // Invalid UTF-8 past the first piece: an error naming the file offset,
+    // after the valid pieces before it.
+    let mut bytes = vec![b'x'; MIB + MIB / 2];
+    bytes[MIB + 1000] = 0xff;
+    let bad = format!("{dir}/bad.txt");
+    let req = send_write(&host, &id, &bad, &bytes, MIB);
+    host.wait(&req, Duration::from_secs(60)).expect("write");
+    let req = host.send(
+        "files.read",
+        json!({"sandbox_id": id, "path": bad, "stream": true}),
+    );
+    let err = host
+        .wait(&req, Duration::from_secs(60))
+        .expect_err("not text");
+    assert_eq!(err.epp, "E1001", "{err:?}");
+    assert!(
+        err.message.contains(&format!("offset {}", MIB + 1000)) && err.message.contains("base64"),
+        "{}",
+        err.message
+    );
+    let sent: usize = host
+        .notes_for("files.data", &req)
+        .iter()
+        .map(|(_, n)| n["params"]["content"].as_str().unwrap().len())
+        .sum();
+    assert!(
+        sent <= MIB + 1000,
+        "only valid text went out ({sent} bytes)"
+    );
+}
+
+#[test]
+fn a_streamed_read_is_not_bounded_by_max_output_bytes() {
+    let host = HostBuilder::new(Mode::Direct)
+        .arg("--max-output-bytes")
+        .arg("1048576")
+        .spawn();
+    let id = host.create_sandbox();
+    let path = format!("{}/big.bin", workdir(&host, &id));
+    let content = binary(2 * MIB + 1);
+    let req = send_write(&host, &id, &path, &content, MIB);
+    host.wait(&req, Duration::from_secs(60)).expect("write");
+    let err = host.fails(
+        "files.read",
+        json!({"sandbox_id": id, "path": path, "encoding": "base64"}),
+        "E1001",
+    );
+    assert!(
+        err.message.contains("--max-output-bytes"),
+        "{}",
+        err.message
+    );
+    let (answer, data) = read_streamed(
+        &host,
+        json!({"sandbox_id": id, "path": path, "encoding": "base64", "stream": true}),
+    );
+    assert_eq!(answer["size"], content.len());
+    assert!(joined(0, &data) == content);
+}
+
+/// Reads a text file back whole.
+fn text_of(host: &Host, id: &str, path: &str) -> String {
+    host.ok("files.read", json!({"sandbox_id": id, "path": path}))["content"]
+        .as_str()
+        .expect("content")
+        .to_string()
+}
+
+#[test]
+fn a_failed_or_cancelled_streamed_write_leaves_the_old_file() {
+    let host = Host::start(Mode::Direct);
+    let id = host.create_sandbox();
+    let path = format!("{}/keep.txt", workdir(&host, &id));
+    host.ok(
+        "files.write",
+        json!({"sandbox_id": id, "path": path, "content": "old"}),
+    );
+    let start = |size: usize| {
+        host.send(
+            "files.write",
+            json!({"sandbox_id": id, "path": path, "size": size, "stream": true}),
+        )
+    };
+    let chunk = |req: &Value, content: Value| {
+        host.notify(
+            "files.write_chunk",
+            json!({"request_id": req, "content": content}),
+        )
+    };
+    let wait_err = |req: &Value| {
+        host.wait(req, Duration::from_secs(60))
+            .expect_err("the write must fail")
+    };
+
+    // More bytes than announced.
+    let req = start(10);
+    chunk(&req, json!("0123456"));
+    chunk(&req, json!("789ab"));
+    let err = wait_err(&req);
+    assert_eq!(err.epp, "E1001");
+    assert!(
+        err.message.contains("more than `size` (10)"),
+        "{}",
+        err.message
+    );
+    assert_eq!(text_of(&host, &id, &path), "old");
+
+    // A chunk that is not a chunk.
+    let req = start(10);
+    chunk(&req, json!(12));
+    let err = wait_err(&req);
+    assert_eq!(err.epp, "E1001");
+    assert!(err.message.contains("files.write_chunk"), "{}", err.message);
+    assert_eq!(text_of(&host, &id, &path), "old");
+
+    // Bad base64.
+    let req = host.send(
+        "files.write",
+        json!({"sandbox_id": id, "path": path, "size": 3, "encoding": "base64", "stream": true}),
+    );
+    chunk(&req, json!("not base64!"));
+    let err = wait_err(&req);
+    assert_eq!(err.epp, "E1001");
+    assert!(err.message.contains("not valid base64"), "{}", err.message);
+    assert_eq!(text_of(&host, &id, &path), "old");
+
+    // Cancelled halfway: the upload is dropped before its end.
+    let req = start(10);
+    chunk(&req, json!("01234"));
+    std::thread::sleep(Duration::from_millis(300));
+    host.notify("epp.cancel", json!({"id": req}));
+    let err = wait_err(&req);
+    assert_eq!(err.epp, "E4999", "{err:?}");
+    assert_eq!(text_of(&host, &id, &path), "old");
+
+    // Chunks for a request that ended are dropped, and the host goes on.
+    chunk(&req, json!("56789"));
+    assert_eq!(text_of(&host, &id, &path), "old");
+}
+
+#[test]
+fn streamed_write_params_are_checked() {
+    let host = Host::start(Mode::Direct);
+    let id = host.create_sandbox();
+    let path = format!("{}/p.txt", workdir(&host, &id));
+    for (params, needle) in [
+        (
+            json!({"sandbox_id": id, "path": path, "stream": true}),
+            "`size`",
+        ),
+        (
+            json!({"sandbox_id": id, "path": path, "size": 1, "content": "x", "stream": true}),
+            "no `content`",
+        ),
+        (
+            json!({"sandbox_id": id, "path": path, "size": 1, "content": "x"}),
+            "`size` goes with `stream: true`",
+        ),
+        (
+            json!({"sandbox_id": id, "files": [{"path": path, "content": "x"}], "stream": true}),
+            "stream one file at a time",
+        ),
+    ] {
+        let err = host.fails("files.write", params, "E1001");
+        assert!(err.message.contains(needle), "{needle}: {}", err.message);
+    }
+    // Nothing was written by any of them.
+    assert_eq!(
+        host.ok("files.exists", json!({"sandbox_id": id, "path": path}))["exists"],
+        false
+    );
+}
+
+#[test]
+fn interleaved_streamed_writes_and_stray_chunks() {
+    let mut host = Host::start(Mode::Direct);
+    let id = host.create_sandbox();
+    let dir = workdir(&host, &id);
+    let (a, b) = (format!("{dir}/a.txt"), format!("{dir}/b.txt"));
+    let (ra, rb) = (
+        host.send(
+            "files.write",
+            json!({"sandbox_id": id, "path": a, "size": 6, "stream": true}),
+        ),
+        host.send(
+            "files.write",
+            json!({"sandbox_id": id, "path": b, "size": 6, "stream": true}),
+        ),
+    );
+    // A chunk naming no request in flight is ignored (and logged).
+    host.notify(
+        "files.write_chunk",
+        json!({"request_id": "nobody", "content": "zzz"}),
+    );
+    for (req, piece) in [(&ra, "aaa"), (&rb, "bbb"), (&ra, "AAA"), (&rb, "BBB")] {
+        host.notify(
+            "files.write_chunk",
+            json!({"request_id": req, "content": piece}),
+        );
+    }
+    for req in [&ra, &rb] {
+        host.wait(req, Duration::from_secs(60)).expect("write");
+    }
+    assert_eq!(text_of(&host, &id, &a), "aaaAAA");
+    assert_eq!(text_of(&host, &id, &b), "bbbBBB");
+    // An empty file needs no chunk at all.
+    let empty = format!("{dir}/empty");
+    let info = host.ok(
+        "files.write",
+        json!({"sandbox_id": id, "path": empty, "size": 0, "stream": true}),
+    );
+    assert_eq!(info["size"], 0);
+    // stderr is complete once the host has exited.
+    host.finish(Duration::from_secs(30));
+    let log = host.stderr();
+    assert!(
+        log.contains("ignoring input for a request that is not in flight")
+            && log.contains("request_id=\"nobody\""),
+        "the stray chunk is logged: {log}"
+    );
+}
