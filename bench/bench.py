@@ -208,8 +208,12 @@ class Bench:
             r = self.drive(c, "files", {"sandbox": self.box[0], "endpoint": self.endpoint[0],
                                         "path": path, "size": FILE_BYTES})
             mib = FILE_BYTES >> 20
-            self.record("files", c, {"write_mib_s": mib / r["write_s"], "read_mib_s": mib / r["read_s"],
-                                     "encode_s": r.get("encode_s"), "decode_s": r.get("decode_s")})
+            sample = {"write_mib_s": mib / r["write_s"], "read_mib_s": mib / r["read_s"],
+                      "encode_s": r.get("encode_s"), "decode_s": r.get("decode_s")}
+            if "stream_write_s" in r:  # epp-host: the same file with `stream: true`
+                sample.update(stream_write_mib_s=mib / r["stream_write_s"],
+                              stream_read_mib_s=mib / r["stream_read_s"], stream_notes=r["stream_notes"])
+            self.record("files", c, sample)
             try:
                 os.unlink(path)
             except OSError:

@@ -180,8 +180,55 @@ def w_files(host: Host, a: dict) -> dict:
     decode_s = (ns() - t) / 1e9
     if result["content"] != content:
         raise RuntimeError("files.read returned other content than was written")
+    del answer, result
+    streamed = files_streamed(host, a, content)
     return {"write_s": write_s, "read_s": read_s, "bytes": a["size"],
-            "encode_s": encode_s, "decode_s": decode_s}
+            "encode_s": encode_s, "decode_s": decode_s, **streamed}
+
+
+STREAM_CHUNK = 1 << 20
+
+
+def w_files_stream(host: Host, a: dict) -> dict:
+    """Only the streamed half of workload 4 (for bench/profile-epp)."""
+    run_true(host, a["sandbox"])
+    profile(host, True)
+    result = files_streamed(host, a, file_content(a["size"]).decode())
+    profile(host, False)
+    return result
+
+
+def files_streamed(host: Host, a: dict, content: str) -> dict:
+    """The same file with `stream: true`: `files.write` then its content in
+    `files.write_chunk` notifications of 1 MiB, sent back to back (encoded
+    before the clock starts); `files.read` answered in `files.data`
+    notifications (decoded after the clock stops)."""
+    path = a["path"] + ".streamed"
+    host.next_id += 1
+    want = host.next_id
+    lines = [json.dumps({"jsonrpc": "2.0", "id": want, "method": "files.write",
+                         "params": {"sandbox_id": a["sandbox"], "path": path, "size": len(content),
+                                    "stream": True}}).encode() + b"\n"]
+    for i in range(0, len(content), STREAM_CHUNK):
+        lines.append(json.dumps({"jsonrpc": "2.0", "method": "files.write_chunk",
+                                 "params": {"request_id": want, "content": content[i:i + STREAM_CHUNK]}}
+                                ).encode() + b"\n")
+    t = ns()
+    for line in lines:
+        host.proc.stdin.write(line)
+    host.proc.stdin.flush()
+    read_raw_answer(host, want)
+    write_s = (ns() - t) / 1e9
+    del lines
+    notes = []
+    t = ns()
+    want = host.send("files.read", {"sandbox_id": a["sandbox"], "path": path, "stream": True})
+    read_raw_answer(host, want, notes.append)
+    read_s = (ns() - t) / 1e9
+    got = "".join(json.loads(line)["params"]["content"] for line in notes)
+    if got != content:
+        raise RuntimeError("files.read with stream returned other content than was written")
+    return {"stream_write_s": write_s, "stream_read_s": read_s, "stream_notes": len(notes)}
 
 
 def read_raw_answer_undecoded(host: Host, want: int) -> bytes:
@@ -518,7 +565,7 @@ def w_code_stream(host: Host, a: dict) -> dict:
     return {"secs": secs, "text_bytes": got["bytes"], "lines": got["lines"], "notifications": len(notes)}
 
 
-WORKLOADS = {"idle": w_idle, "run": w_run, "stream": w_stream, "files": w_files,
+WORKLOADS = {"idle": w_idle, "run": w_run, "stream": w_stream, "files": w_files, "files_stream": w_files_stream,
              "concurrent": w_concurrent, "cycle": w_cycle, "session": w_session, "stdin": w_stdin,
              "watch": w_watch, "files_many": w_files_many, "transfer": w_transfer,
              "code": w_code, "code_stream": w_code_stream}

@@ -195,12 +195,13 @@ async fn load(wasm: &Path, host: &HostArgs, env: &EnvSnapshot) -> Result<Arc<Run
 
 async fn run(wasm: std::path::PathBuf, host: HostArgs, env: EnvSnapshot) -> Result<ExitCode> {
     let runtime = load(&wasm, &host, &env).await?;
-    let (out, writer) = Outbox::wire(tokio::io::stdout());
+    let (out, writer) = Outbox::wire(std::io::stdout());
     let server = Server::new(runtime, out, config::serve_options(&host));
-    server.serve(tokio::io::stdin()).await;
+    server.serve(std::io::stdin()).await;
     drop(server);
     // The writer ends once the last outbox clone is gone; don't wait forever on a
     // stuck stdout.
+    let writer = tokio::task::spawn_blocking(move || writer.join());
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), writer).await;
     // stdin's reader thread may still be blocked in read(2): exit without waiting.
     std::process::exit(0);

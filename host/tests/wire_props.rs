@@ -37,18 +37,12 @@ fn invalid_id() -> impl Strategy<Value = Value> {
 }
 
 fn read_lines(input: &[u8], cap: usize, buffer: usize) -> Vec<Line> {
-    tokio::runtime::Builder::new_current_thread()
-        .build()
-        .expect("runtime")
-        .block_on(async {
-            let mut reader =
-                LineReader::new(tokio::io::BufReader::with_capacity(buffer, input), cap);
-            let mut lines = Vec::new();
-            while let Some(line) = reader.next().await.expect("reading from memory") {
-                lines.push(line);
-            }
-            lines
-        })
+    let mut reader = LineReader::new(std::io::BufReader::with_capacity(buffer, input), cap);
+    let mut lines = Vec::new();
+    while let Some(line) = reader.next().expect("reading from memory") {
+        lines.push(line);
+    }
+    lines
 }
 
 proptest! {

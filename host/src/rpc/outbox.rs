@@ -1,9 +1,9 @@
 //! Where answers and notifications go: whole lines on stdout, written by one
-//! task so lines never interleave.
+//! thread so lines never interleave.
 
 use super::errors::RpcError;
 use serde_json::{Map, Value, json};
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use std::io::Write;
 use tokio::sync::mpsc;
 
 /// Lines queued for stdout before senders wait (back-pressure for big streams).
@@ -21,14 +21,15 @@ pub struct Outbox {
 }
 
 impl Outbox {
-    /// Starts the writer task; it ends when every `Outbox` clone is dropped.
-    pub fn wire<W: AsyncWrite + Unpin + Send + 'static>(
-        mut out: W,
-    ) -> (Outbox, tokio::task::JoinHandle<()>) {
+    /// Starts the writer on a thread of its own; it ends when every `Outbox`
+    /// clone is dropped. A thread with plain blocking writes, not a task on
+    /// tokio's stdout: that would hop once more (to its blocking pool) and copy
+    /// every line once more for each answer.
+    pub fn wire<W: Write + Send + 'static>(mut out: W) -> (Outbox, std::thread::JoinHandle<()>) {
         let (tx, mut rx) = mpsc::channel::<Vec<u8>>(QUEUE);
-        let task = tokio::spawn(async move {
+        let writer = move || {
             let mut buf = Vec::new();
-            let mut next = rx.recv().await;
+            let mut next = rx.blocking_recv();
             while let Some(line) = next.take() {
                 // Gather what is queued behind this line into one write; a long
                 // line goes out by itself, without a copy.
@@ -48,16 +49,16 @@ impl Outbox {
                         }
                     }
                 }
-                let written = async {
-                    out.write_all(&buf).await?;
+                let mut written = || {
+                    out.write_all(&buf)?;
                     if let Some(line) = &big {
-                        out.write_all(line).await?;
+                        out.write_all(line)?;
                     }
-                    out.flush().await
+                    out.flush()
                 };
-                if written.await.is_err() {
+                if written().is_err() {
                     // Nobody reads our answers any more; drain so senders don't block.
-                    while rx.recv().await.is_some() {}
+                    while rx.blocking_recv().is_some() {}
                     return;
                 }
                 buf.clear();
@@ -65,11 +66,15 @@ impl Outbox {
                     buf = Vec::new();
                 }
                 if next.is_none() {
-                    next = rx.recv().await;
+                    next = rx.blocking_recv();
                 }
             }
-        });
-        (Outbox { tx }, task)
+        };
+        let thread = std::thread::Builder::new()
+            .name("epp-stdout".into())
+            .spawn(writer)
+            .expect("spawning the stdout writer thread");
+        (Outbox { tx }, thread)
     }
 
     async fn send(&self, message: Value) {

@@ -6,13 +6,12 @@ use super::codec::Codec;
 use super::errors::{EppCode, RpcError};
 use super::methods::{self, CallCtx};
 use super::outbox::Outbox;
-use super::wire::{Incoming, Line, LineReader, id_from_head, parse};
+use super::wire::{Incoming, Line, id_from_head, parse, spawn_reader};
 use crate::runtime::Runtime;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncRead, BufReader};
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tracing::Instrument;
 
@@ -71,14 +70,12 @@ impl Server {
     }
 
     /// Reads requests until end of input or `epp.shutdown`, then drains.
-    pub async fn serve<R: AsyncRead + Unpin>(self: &Arc<Self>, input: R) {
-        let mut reader = LineReader::new(
-            BufReader::with_capacity(1 << 16, input),
-            self.opts.max_line_bytes,
-        );
+    /// `input` is read on a thread of its own (`wire::spawn_reader`).
+    pub async fn serve<R: std::io::Read + Send + 'static>(self: &Arc<Self>, input: R) {
+        let mut lines = spawn_reader(input, self.opts.max_line_bytes);
         loop {
             let line = tokio::select! {
-                line = reader.next() => line,
+                line = lines.recv() => line.transpose(),
                 _ = self.shutdown.notified() => break,
             };
             match line {

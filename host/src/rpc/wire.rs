@@ -4,7 +4,8 @@
 
 use super::errors::RpcError;
 use serde_json::{Map, Value};
-use tokio::io::{AsyncBufRead, AsyncBufReadExt};
+use std::io::BufRead;
+use tokio::sync::mpsc;
 
 /// One input line, or what is left of one that was too long.
 #[derive(Debug, PartialEq, Eq)]
@@ -17,6 +18,40 @@ pub enum Line {
     },
 }
 
+/// Bytes read from the input at once by `spawn_reader`.
+const READ_BUFFER: usize = 1 << 20;
+
+/// Reads lines from `input` on a thread of its own and hands them over one at
+/// a time: plain blocking reads of up to 1 MiB straight into the line buffer
+/// (tokio's stdin would read 64 KiB at a time on its blocking pool and copy
+/// each read once more), and the next line is read while the server handles
+/// this one. The channel closes at end of input; an error is the last item.
+pub fn spawn_reader<R: std::io::Read + Send + 'static>(
+    input: R,
+    cap: usize,
+) -> mpsc::Receiver<std::io::Result<Line>> {
+    let (tx, rx) = mpsc::channel(1);
+    std::thread::Builder::new()
+        .name("epp-stdin".into())
+        .spawn(move || {
+            let buffered = std::io::BufReader::with_capacity(READ_BUFFER, input);
+            let mut reader = LineReader::new(buffered, cap);
+            loop {
+                let item = match reader.next() {
+                    Ok(Some(line)) => Ok(line),
+                    Ok(None) => return,
+                    Err(e) => Err(e),
+                };
+                let failed = item.is_err();
+                if tx.blocking_send(item).is_err() || failed {
+                    return;
+                }
+            }
+        })
+        .expect("spawning the stdin reader thread");
+    rx
+}
+
 /// Bytes of an over-long line kept to look for its id.
 const HEAD_KEEP: usize = 4096;
 
@@ -26,17 +61,17 @@ pub struct LineReader<R> {
     cap: usize,
 }
 
-impl<R: AsyncBufRead + Unpin> LineReader<R> {
+impl<R: BufRead> LineReader<R> {
     pub fn new(inner: R, cap: usize) -> Self {
         LineReader { inner, cap }
     }
 
     /// The next line without its terminator, or none at end of input.
-    pub async fn next(&mut self) -> std::io::Result<Option<Line>> {
+    pub fn next(&mut self) -> std::io::Result<Option<Line>> {
         let mut line = Vec::new();
         let mut too_long: Option<usize> = None;
         loop {
-            let available = self.inner.fill_buf().await?;
+            let available = self.inner.fill_buf()?;
             if available.is_empty() {
                 // End of input: a last line without a terminator still counts.
                 return Ok(match (too_long, line.is_empty()) {
@@ -219,18 +254,18 @@ mod tests {
     use crate::rpc::errors::EppCode;
     use serde_json::json;
 
-    async fn lines(input: &[u8], cap: usize) -> Vec<Line> {
-        let mut reader = LineReader::new(tokio::io::BufReader::with_capacity(7, input), cap);
+    fn lines(input: &[u8], cap: usize) -> Vec<Line> {
+        let mut reader = LineReader::new(std::io::BufReader::with_capacity(7, input), cap);
         let mut out = Vec::new();
-        while let Some(line) = reader.next().await.unwrap() {
+        while let Some(line) = reader.next().unwrap() {
             out.push(line);
         }
         out
     }
 
-    #[tokio::test]
-    async fn splits_lines_and_bounds_them() {
-        let out = lines(b"abc\r\n\nlong-line-here\nlast", 8).await;
+    #[test]
+    fn splits_lines_and_bounds_them() {
+        let out = lines(b"abc\r\n\nlong-line-here\nlast", 8);
         assert_eq!(
             out,
             vec![
@@ -245,12 +280,12 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn huge_line_keeps_only_a_head() {
+    #[test]
+    fn huge_line_keeps_only_a_head() {
         let mut input = b"{\"jsonrpc\":\"2.0\",\"id\":7,\"params\":{\"x\":\"".to_vec();
         input.extend(std::iter::repeat_n(b'a', 100_000));
         input.extend_from_slice(b"\"}}\n{}\n");
-        let out = lines(&input, 1000).await;
+        let out = lines(&input, 1000);
         match &out[0] {
             Line::TooLong { head, len } => {
                 assert_eq!(head.len(), HEAD_KEEP);
