@@ -39,7 +39,7 @@ fn invalid_id() -> impl Strategy<Value = Value> {
 fn read_lines(input: &[u8], cap: usize, buffer: usize) -> Vec<Line> {
     let mut reader = LineReader::new(std::io::BufReader::with_capacity(buffer, input), cap);
     let mut lines = Vec::new();
-    while let Some(line) = reader.next().expect("reading from memory") {
+    while let Some(line) = reader.next_line().expect("reading from memory") {
         lines.push(line);
     }
     lines

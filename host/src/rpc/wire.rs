@@ -37,7 +37,7 @@ pub fn spawn_reader<R: std::io::Read + Send + 'static>(
             let buffered = std::io::BufReader::with_capacity(READ_BUFFER, input);
             let mut reader = LineReader::new(buffered, cap);
             loop {
-                let item = match reader.next() {
+                let item = match reader.next_line() {
                     Ok(Some(line)) => Ok(line),
                     Ok(None) => return,
                     Err(e) => Err(e),
@@ -67,7 +67,7 @@ impl<R: BufRead> LineReader<R> {
     }
 
     /// The next line without its terminator, or none at end of input.
-    pub fn next(&mut self) -> std::io::Result<Option<Line>> {
+    pub fn next_line(&mut self) -> std::io::Result<Option<Line>> {
         let mut line = Vec::new();
         let mut too_long: Option<usize> = None;
         loop {
@@ -257,7 +257,7 @@ mod tests {
     fn lines(input: &[u8], cap: usize) -> Vec<Line> {
         let mut reader = LineReader::new(std::io::BufReader::with_capacity(7, input), cap);
         let mut out = Vec::new();
-        while let Some(line) = reader.next().unwrap() {
+        while let Some(line) = reader.next_line().unwrap() {
             out.push(line);
         }
         out
