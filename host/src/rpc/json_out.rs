@@ -15,13 +15,15 @@ pub fn to_vec(value: &Value) -> Vec<u8> {
     out
 }
 
-/// About how many bytes `value` takes as JSON (exact for ASCII text without
-/// escapes; numbers are counted short).
+/// About how many bytes `value` takes as JSON (ASCII text with an escape
+/// every 32 bytes or fewer, a newline per line of text, fits; numbers are
+/// counted short). An answer that outgrows it is copied once more: a streamed
+/// read's text cost that whole copy when it was counted without escapes.
 fn size_hint(value: &Value) -> usize {
     match value {
         Value::Null | Value::Bool(_) => 5,
         Value::Number(_) => 8,
-        Value::String(s) => s.len() + 2,
+        Value::String(s) => s.len() + s.len() / 32 + 2,
         Value::Array(items) => 2 + items.iter().map(|v| size_hint(v) + 1).sum::<usize>(),
         Value::Object(map) => {
             2 + map

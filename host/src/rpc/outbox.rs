@@ -4,10 +4,16 @@
 use super::errors::RpcError;
 use serde_json::{Map, Value, json};
 use std::io::Write;
-use tokio::sync::mpsc;
+use std::sync::Arc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 /// Lines queued for stdout before senders wait (back-pressure for big streams).
 const QUEUE: usize = 1024;
+/// Bytes queued for stdout before senders wait: a client that reads slowly
+/// holds back a streamed read or command output here, not in memory (1024
+/// notifications of a streamed read would be hundreds of MiB). A longer line
+/// takes the whole budget, so it waits for the queue to empty.
+const QUEUE_BYTES: usize = 8 << 20;
 /// Small lines are gathered into one write of up to this many bytes.
 const GATHER: usize = 1 << 20;
 /// Lines at least this long are written as they are, never copied into the
@@ -17,8 +23,12 @@ const DIRECT: usize = 64 << 10;
 /// The sending end of the writer: cheap to clone, one per request.
 #[derive(Clone)]
 pub struct Outbox {
-    tx: mpsc::Sender<Vec<u8>>,
+    tx: mpsc::Sender<Queued>,
+    budget: Arc<Semaphore>,
 }
+
+/// A line and its share of `QUEUE_BYTES`, given back once it is written.
+type Queued = (Vec<u8>, OwnedSemaphorePermit);
 
 impl Outbox {
     /// Starts the writer on a thread of its own; it ends when every `Outbox`
@@ -26,25 +36,30 @@ impl Outbox {
     /// tokio's stdout: that would hop once more (to its blocking pool) and copy
     /// every line once more for each answer.
     pub fn wire<W: Write + Send + 'static>(mut out: W) -> (Outbox, std::thread::JoinHandle<()>) {
-        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(QUEUE);
+        let (tx, mut rx) = mpsc::channel::<Queued>(QUEUE);
         let writer = move || {
             let mut buf = Vec::new();
             let mut next = rx.blocking_recv();
-            while let Some(line) = next.take() {
+            while let Some((line, permit)) = next.take() {
                 // Gather what is queued behind this line into one write; a long
-                // line goes out by itself, without a copy.
+                // line goes out by itself, without a copy. Permits go back
+                // once their bytes are written.
                 let mut big = None;
+                let mut permits = vec![permit];
                 if line.len() >= DIRECT {
                     big = Some(line);
                 } else {
                     buf.extend_from_slice(&line);
                     while buf.len() < GATHER {
                         match rx.try_recv() {
-                            Ok(more) if more.len() >= DIRECT => {
+                            Ok(more) if more.0.len() >= DIRECT => {
                                 next = Some(more);
                                 break;
                             }
-                            Ok(more) => buf.extend_from_slice(&more),
+                            Ok((more, permit)) => {
+                                buf.extend_from_slice(&more);
+                                permits.push(permit);
+                            }
                             Err(_) => break,
                         }
                     }
@@ -58,9 +73,11 @@ impl Outbox {
                 };
                 if written().is_err() {
                     // Nobody reads our answers any more; drain so senders don't block.
+                    drop(permits);
                     while rx.blocking_recv().is_some() {}
                     return;
                 }
+                drop(permits);
                 buf.clear();
                 if buf.capacity() > GATHER {
                     buf = Vec::new();
@@ -74,7 +91,8 @@ impl Outbox {
             .name("epp-stdout".into())
             .spawn(writer)
             .expect("spawning the stdout writer thread");
-        (Outbox { tx }, thread)
+        let budget = Arc::new(Semaphore::new(QUEUE_BYTES));
+        (Outbox { tx, budget }, thread)
     }
 
     async fn send(&self, message: Value) {
@@ -82,7 +100,11 @@ impl Outbox {
         // (json_out); no fmt::Write detour, no copy per line.
         let mut line = super::json_out::to_vec(&message);
         line.push(b'\n');
-        let _ = self.tx.send(line).await;
+        let share = line.len().min(QUEUE_BYTES) as u32;
+        let Ok(permit) = self.budget.clone().acquire_many_owned(share).await else {
+            return; // never closed
+        };
+        let _ = self.tx.send((line, permit)).await;
     }
 
     pub async fn respond(&self, id: Value, result: Result<Value, RpcError>) {
@@ -122,4 +144,61 @@ pub fn error_object(error: &RpcError) -> Value {
         data.insert("upstream_code".into(), json!(code));
     }
     json!({"code": error.jsonrpc_code(), "message": error.wire_message(), "data": data})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use std::sync::mpsc as std_mpsc;
+
+    /// A stdout that holds every flush until the test lets it go.
+    struct Gated {
+        release: std_mpsc::Receiver<()>,
+        written: Arc<Mutex<usize>>,
+    }
+
+    impl Write for Gated {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            *self.written.lock().unwrap() += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            let _ = self.release.recv();
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_slow_reader_holds_senders_back_by_bytes() {
+        let (release, gate) = std_mpsc::channel();
+        let written = Arc::new(Mutex::new(0));
+        let (out, writer) = Outbox::wire(Gated {
+            release: gate,
+            written: written.clone(),
+        });
+        let big = || json!({"data": "x".repeat(QUEUE_BYTES / 2 + 1)});
+        // The first line is taken by the writer, which stays in flush.
+        out.notify("n", big()).await;
+        let second = tokio::spawn({
+            let out = out.clone();
+            async move { out.notify("n", big()).await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(
+            !second.is_finished(),
+            "a second half-budget line waits while the first is unwritten"
+        );
+        release.send(()).unwrap();
+        second.await.unwrap();
+        release.send(()).unwrap();
+        drop(out);
+        tokio::task::spawn_blocking(move || writer.join().unwrap())
+            .await
+            .unwrap();
+        assert!(
+            *written.lock().unwrap() > QUEUE_BYTES,
+            "both lines went out"
+        );
+    }
 }
