@@ -126,6 +126,11 @@ impl Timeouts {
     }
 }
 
+/// A request header that asks the host to send this request without its
+/// secret headers (abx:epp: the host removes it), to see what an anonymous
+/// client of a URL would get.
+pub const ANONYMOUS_HEADER: &str = "epp-anonymous";
+
 /// A request to send.
 pub struct Request {
     pub method: &'static str,

@@ -162,11 +162,17 @@ export function grantedHttp(inner, grant, log) {
         log.push(`${scheme ?? "?"}://${request.authority() ?? ""}`);
         throw { tag: "HTTP-request-denied" };
       }
+      // The request's fields are immutable to the guest by now; the shim's
+      // `entries()` is the list it sends, so the host edits it in place.
+      const entries = request.headers().entries();
+      // `epp-anonymous` (wit/types.wit, secret-header): no secrets, and the
+      // marker itself never leaves the host.
+      const marker = entries.findIndex(([name]) => name.toLowerCase() === "epp-anonymous");
+      const anonymous = marker >= 0;
+      if (anonymous) entries.splice(marker, 1);
       for (const h of grant.secretHeaders) {
         const inScope = h.scope === "origin-host" ? sameHost : isOrigin;
-        // The request's fields are immutable to the guest by now; the shim's
-        // `entries()` is the list it sends, so the host appends to it.
-        if (inScope && h.value !== undefined) request.headers().entries().push([h.header, encoder.encode(h.value)]);
+        if (!anonymous && inScope && h.value !== undefined) entries.push([h.header, encoder.encode(h.value)]);
       }
       return inner.handle(request, options);
     },

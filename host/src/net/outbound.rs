@@ -162,6 +162,12 @@ impl HttpClient {
     }
 }
 
+/// A request header by which a provider asks that one request go without the
+/// host's secret headers: to find out what an anonymous user of a URL it is
+/// about to hand out would get (docs/epp-1.md §7). The host removes it, so it
+/// never leaves the host; it can only take secrets away.
+pub const ANONYMOUS_HEADER: &str = "epp-anonymous";
+
 /// The `WasiHttpHooks` of one store.
 pub struct Outbound {
     pub client: HttpClient,
@@ -210,13 +216,17 @@ impl WasiHttpHooks for Outbound {
                 return Box::new(async { Err(HttpError::HttpRequestDenied) });
             }
         };
-        // Strip anything the guest managed to smuggle in, then add what the host owns.
+        // Strip anything the guest managed to smuggle in, then add what the host
+        // owns, unless the guest asked for an anonymous request.
         let headers = request.headers_mut();
+        let anonymous = headers.remove(ANONYMOUS_HEADER).is_some();
         for name in self.client.policy.owned_headers() {
             headers.remove(name);
         }
-        for (name, value) in allowed.inject {
-            headers.insert(name, value);
+        if !anonymous {
+            for (name, value) in allowed.inject {
+                headers.insert(name, value);
+            }
         }
         let first_byte = clamp(options.and_then(|o| o.first_byte_timeout));
         let between_bytes = clamp(options.and_then(|o| o.between_bytes_timeout));

@@ -245,7 +245,11 @@ mod tests {
                         let want = (from..len)
                             .find(|&k| escape(bytes[k]).is_some())
                             .unwrap_or(len);
-                        assert_eq!(next_escape(&bytes, from), want, "{b:#x} at {at} of {len} from {from}");
+                        assert_eq!(
+                            next_escape(&bytes, from),
+                            want,
+                            "{b:#x} at {at} of {len} from {from}"
+                        );
                     }
                 }
             }

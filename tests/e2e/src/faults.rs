@@ -56,6 +56,9 @@ struct Rule {
 pub struct Seen {
     pub method: String,
     pub path: String,
+    /// The request's header names, in lower case (values are not kept: they
+    /// may be secrets).
+    pub header_names: Vec<String>,
     pub fault: Option<Fault>,
     pub at: Instant,
 }
@@ -309,9 +312,18 @@ fn handle(shared: &Shared, mut client: TcpStream) {
                 r.fault.clone()
             })
     };
+    let header_names = String::from_utf8_lossy(&head)
+        .split("\r\n")
+        .skip(1)
+        .filter_map(|h| {
+            h.split_once(':')
+                .map(|(name, _)| name.trim().to_ascii_lowercase())
+        })
+        .collect();
     shared.seen.lock().unwrap().push(Seen {
         method,
         path,
+        header_names,
         fault: fault.clone(),
         at: Instant::now(),
     });

@@ -1,9 +1,10 @@
 //! files.transfer: `files.upload_url` / `files.download_url` answer a URL,
 //! method and headers that `curl` alone uses to move a file straight to or
-//! from the sandbox's execd (docs/epp-1.md, files.transfer). Direct mode
-//! only; server-proxy mode is refused, never with the API key in the answer.
+//! from the sandbox's execd (docs/epp-1.md, files.transfer): the endpoint in
+//! direct mode, the server's proxy path in server-proxy mode when the server
+//! serves it without the API key, else refused; never with the key.
 
-use epp_e2e::{Host, HostBuilder, Mode, b64d, testbed};
+use epp_e2e::{Fault, FaultProxy, Host, HostBuilder, Mode, b64d, both_modes, testbed};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::process::Command;
@@ -47,9 +48,8 @@ fn read_back(host: &Host, id: &str, path: &str) -> Vec<u8> {
     b64d(r["content"].as_str().unwrap())
 }
 
-#[test]
-fn curl_uploads_and_downloads_through_the_answered_urls() {
-    let host = HostBuilder::new(Mode::Direct).spawn();
+fn curl_round_trip(mode: Mode) {
+    let host = HostBuilder::new(mode).spawn();
     let id = host.create_sandbox();
     let dir = tempfile::tempdir().unwrap();
     // A path with spaces and Unicode, in a directory that does not exist yet.
@@ -60,7 +60,11 @@ fn curl_uploads_and_downloads_through_the_answered_urls() {
 
     let up = host.ok("files.upload_url", json!({"sandbox_id": id, "path": path}));
     assert_eq!(up["method"], "POST", "{up}");
-    assert!(up["url"].as_str().unwrap().starts_with("http"), "{up}");
+    let url = up["url"].as_str().unwrap();
+    assert!(url.starts_with("http"), "{up}");
+    // Through the server in proxy mode, straight to execd in direct mode.
+    let through_server = url.contains(&format!("/sandboxes/{id}/proxy/44772/"));
+    assert_eq!(through_server, mode == Mode::Proxy, "{up}");
     let info = host.ok("sandbox.get_info", json!({"sandbox_id": id}));
     assert_eq!(
         up["expires_at"], info["expires_at"],
@@ -118,31 +122,80 @@ fn curl_uploads_and_downloads_through_the_answered_urls() {
     }
 }
 
-#[test]
-fn a_killed_sandbox_has_no_transfer_urls() {
-    let host = HostBuilder::new(Mode::Direct).spawn();
+both_modes!(
+    curl_uploads_and_downloads_through_the_answered_urls,
+    super::curl_round_trip
+);
+
+fn killed(mode: Mode) {
+    let host = HostBuilder::new(mode).spawn();
     let id = host.create_sandbox();
     host.ok("sandbox.kill", json!({"sandbox_id": id}));
     for method in ["files.upload_url", "files.download_url"] {
         host.fails(method, json!({"sandbox_id": id, "path": "/tmp/x"}), "E4004");
     }
 }
+both_modes!(a_killed_sandbox_has_no_transfer_urls, super::killed);
 
+/// A server that wants its API key on the proxy path (multi-tenant): the fault
+/// proxy answers 401 to the anonymous `/ping` the provider sends first.
 #[test]
-fn server_proxy_mode_is_refused_without_the_key() {
-    let host = HostBuilder::new(Mode::Proxy).spawn();
+fn server_proxy_mode_is_refused_where_the_proxy_wants_the_key() {
+    let proxy = FaultProxy::testbed();
+    let host = HostBuilder::new(Mode::Proxy).via(&proxy).spawn();
     let id = host.create_sandbox();
     let key = &testbed().api_key;
+    let ping = format!("/sandboxes/{id}/proxy/44772/ping");
+    // (The create's readiness check pings execd through the proxy too, with the key.)
+    let before = proxy.seen().len();
     for method in ["files.upload_url", "files.download_url"] {
+        proxy.fault("GET", &ping, Fault::Status(401), 1);
         let e = host.fails(method, json!({"sandbox_id": id, "path": "/tmp/x"}), "E4009");
         assert!(e.message.contains(method), "{e:?}");
-        assert!(e.message.contains("API key"), "says why: {e:?}");
+        assert!(
+            e.message.contains("API key") && e.message.contains("HTTP 401"),
+            "says why: {e:?}"
+        );
         assert!(
             e.message.contains("ABX_OPENSANDBOX_USE_SERVER_PROXY"),
             "says what to do: {e:?}"
         );
         assert!(!format!("{e:?}").contains(key.as_str()), "{e:?}");
     }
+    // Without the fault the same server's proxy path is open; every probe
+    // went without the key (and without the marker, which the host removes),
+    // while the provider's other requests to the server carried it.
+    let up = host.ok(
+        "files.upload_url",
+        json!({"sandbox_id": id, "path": "/tmp/x"}),
+    );
+    assert!(!up.to_string().contains(key.as_str()), "{up}");
+    let seen = proxy.seen().split_off(before);
+    let probes: Vec<_> = seen.iter().filter(|s| s.path.ends_with(&ping)).collect();
+    let paths: Vec<_> = seen.iter().map(|s| &s.path).collect();
+    assert_eq!(probes.len(), 3, "one probe per call: {paths:?}");
+    for probe in probes {
+        assert!(
+            !probe
+                .header_names
+                .iter()
+                .any(|h| h == "open-sandbox-api-key" || h == "epp-anonymous"),
+            "{:?}",
+            probe.header_names
+        );
+    }
+    let endpoint = seen
+        .iter()
+        .find(|s| s.path.contains(&format!("/sandboxes/{id}/endpoints/44772")))
+        .expect("the endpoint was asked through the proxy");
+    assert!(
+        endpoint
+            .header_names
+            .iter()
+            .any(|h| h == "open-sandbox-api-key"),
+        "the key still goes with the provider's own requests: {:?}",
+        endpoint.header_names
+    );
     // The safe path still works in this mode.
     host.ok(
         "files.write",
