@@ -167,9 +167,10 @@ export function grantedHttp(inner, grant, log) {
       const entries = request.headers().entries();
       // `epp-anonymous` (wit/types.wit, secret-header): no secrets, and the
       // marker itself never leaves the host.
-      const marker = entries.findIndex(([name]) => name.toLowerCase() === "epp-anonymous");
-      const anonymous = marker >= 0;
-      if (anonymous) entries.splice(marker, 1);
+      const isMarker = ([name]) => name.toLowerCase() === "epp-anonymous";
+      const anonymous = entries.some(isMarker);
+      // Every copy of it, as epp-host's HeaderMap::remove does.
+      for (let i = entries.length - 1; i >= 0; i--) if (isMarker(entries[i])) entries.splice(i, 1);
       for (const h of grant.secretHeaders) {
         const inScope = h.scope === "origin-host" ? sameHost : isOrigin;
         if (!anonymous && inScope && h.value !== undefined) entries.push([h.header, encoder.encode(h.value)]);

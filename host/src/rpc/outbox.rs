@@ -72,8 +72,11 @@ impl Outbox {
                     out.flush()
                 };
                 if written().is_err() {
-                    // Nobody reads our answers any more; drain so senders don't block.
+                    // Nobody reads our answers any more; drain so senders don't
+                    // block (every permit given back, the held-over line's too:
+                    // kept, it could hold the whole budget and stall them all).
                     drop(permits);
+                    drop(next.take());
                     while rx.blocking_recv().is_some() {}
                     return;
                 }
@@ -167,6 +170,51 @@ mod tests {
             let _ = self.release.recv();
             Ok(())
         }
+    }
+
+    /// A stdout whose first write waits for the test, and whose later writes fail.
+    struct Breaking {
+        release: std_mpsc::Receiver<()>,
+        writes: usize,
+    }
+
+    impl Write for Breaking {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.writes += 1;
+            if self.writes == 1 {
+                let _ = self.release.recv();
+                return Ok(buf.len());
+            }
+            Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_broken_stdout_gives_the_whole_budget_back() {
+        let (release, gate) = std_mpsc::channel();
+        let (out, _writer) = Outbox::wire(Breaking {
+            release: gate,
+            writes: 0,
+        });
+        let line = |bytes: usize| json!({"data": "x".repeat(bytes)});
+        // The writer takes the first line and waits in its write; behind it, a
+        // small line and a big one (6 MiB of the 8), which the writer will
+        // hold over while it writes the small one, and that write fails.
+        out.notify("n", line(10)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        out.notify("n", line(10)).await;
+        out.notify("n", line(6 << 20)).await;
+        release.send(()).unwrap();
+        // 3 MiB more fits only once the held-over line's share is back.
+        let late = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            out.notify("n", line(3 << 20)),
+        )
+        .await;
+        assert!(late.is_ok(), "a sender waited forever for budget a dead writer held");
     }
 
     #[tokio::test]

@@ -4,9 +4,9 @@
 
 use super::codec::Codec;
 use super::errors::{EppCode, RpcError};
-use super::methods::{self, CallCtx};
+use super::methods::{self, CallCtx, InputItem};
 use super::outbox::Outbox;
-use super::wire::{Incoming, Line, id_from_head, parse, spawn_reader};
+use super::wire::{Incoming, Line, id_from_head, input_target_from_head, parse, spawn_reader};
 use crate::runtime::Runtime;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
@@ -28,12 +28,47 @@ pub struct ServeOptions {
 struct Inflight {
     cancel: Option<oneshot::Sender<()>>,
     /// Where the request's input notifications go (`methods::takes_input`).
-    input: Option<mpsc::Sender<Map<String, Value>>>,
+    input: Option<InputSender>,
 }
 
-/// Input notifications (1 MiB chunks, say) queued for a request before the
-/// reader stops reading stdin: back-pressure to the client, bounded memory.
-const INPUT_QUEUE: usize = 4;
+/// The sending end of a request's input, with its byte budget.
+#[derive(Clone)]
+struct InputSender {
+    tx: mpsc::Sender<InputItem>,
+    budget: Arc<Semaphore>,
+}
+
+/// Bytes of input lines queued for one request before the reader stops
+/// reading stdin (back-pressure to the client, bounded memory: 8 chunks of
+/// 1 MiB; a longer line takes the whole budget, so it waits for the queue to
+/// empty).
+const INPUT_BYTES: usize = 8 << 20;
+/// Input items queued for one request at most, whatever their size.
+const INPUT_QUEUE: usize = 64;
+
+impl InputSender {
+    /// Queues `params` (from a line of `len` bytes), waiting for room.
+    async fn send(&self, params: Map<String, Value>, len: usize) -> bool {
+        let share = len.clamp(1, INPUT_BYTES) as u32;
+        let Ok(permit) = self.budget.clone().acquire_many_owned(share).await else {
+            return false; // never closed
+        };
+        let item = InputItem {
+            params: Ok(params),
+            permit: Some(permit),
+        };
+        self.tx.send(item).await.is_ok()
+    }
+
+    /// Tells the request that input meant for it was lost (it fails with `error`).
+    async fn fail(&self, error: RpcError) {
+        let item = InputItem {
+            params: Err(error),
+            permit: None,
+        };
+        let _ = self.tx.send(item).await;
+    }
+}
 
 /// State shared by the reader loop and the request tasks.
 pub struct Server {
@@ -99,6 +134,7 @@ impl Server {
                     self.opts.max_line_bytes
                 ))
                 .hint("send large files in parts");
+                self.lost_input(&head, &error).await;
                 self.out.respond(id_from_head(&head), Err(error)).await;
                 return;
             }
@@ -110,14 +146,42 @@ impl Server {
                     self.cancel(&params);
                 }
                 "epp.shutdown" => self.shutdown.notify_one(),
-                m if methods::is_input(m) => self.feed(m, params).await,
+                m if methods::is_input(m) => self.feed(m, params, bytes.len()).await,
                 _ => tracing::warn!(
                     method,
                     "ignoring a notification (it has no id, so it gets no answer)"
                 ),
             },
-            Incoming::Invalid { id, error } => self.out.respond(id, Err(error)).await,
+            Incoming::Invalid { id, error } => {
+                self.lost_input(&bytes, &error).await;
+                self.out.respond(id, Err(error)).await
+            }
             Incoming::Response | Incoming::Empty => {}
+        }
+    }
+
+    /// A line that could not be read but looks like input for a request in
+    /// flight (`files.write_chunk` and its `request_id` near its start) fails
+    /// that request with the reason, instead of leaving it to wait for bytes
+    /// that will never come.
+    async fn lost_input(&self, head: &[u8], error: &RpcError) {
+        let Some(target) = input_target_from_head(head) else {
+            return;
+        };
+        let input = {
+            let inflight = self.inflight.lock().expect("lock");
+            inflight.get(&id_key(&target)).and_then(|e| e.input.clone())
+        };
+        if let Some(input) = input {
+            let reason = RpcError::invalid_params(
+                methods::WRITE_CHUNK,
+                format!(
+                    "a `{}` for this request could not be read ({}); the file was not changed",
+                    methods::WRITE_CHUNK,
+                    error.message
+                ),
+            );
+            input.fail(reason).await;
         }
     }
 
@@ -138,7 +202,7 @@ impl Server {
     /// than the request consumes it). Input for a request that is not in
     /// flight, or takes none, is dropped with a warning: a notification gets
     /// no answer, and the request it was meant for ends with its own.
-    async fn feed(&self, method: &str, params: Map<String, Value>) {
+    async fn feed(&self, method: &str, params: Map<String, Value>, len: usize) {
         let Some(id) = params.get("request_id") else {
             tracing::warn!(
                 method,
@@ -152,8 +216,8 @@ impl Server {
             inflight.get(&key).map(|entry| entry.input.clone())
         };
         match tx {
-            Some(Some(tx)) => {
-                if tx.send(params).await.is_err() {
+            Some(Some(input)) => {
+                if !input.send(params, len).await {
                     tracing::debug!(method, request_id = %key, "input for a request that no longer reads it; dropped");
                 }
             }
@@ -191,32 +255,44 @@ impl Server {
         }
         let key = id_key(&id);
         let (tx, rx) = oneshot::channel();
-        let (input_tx, input_rx) = match methods::takes_input(&method, &params) {
+        let takes_input = methods::takes_input(&method, &params);
+        let (input_tx, input_rx) = match takes_input {
             true => {
                 let (tx, rx) = mpsc::channel(INPUT_QUEUE);
-                (Some(tx), Some(rx))
+                let budget = Arc::new(Semaphore::new(INPUT_BYTES));
+                (Some(InputSender { tx, budget }), Some(rx))
             }
             false => (None, None),
         };
-        let fresh = {
+        let (fresh, taken) = {
             let mut inflight = self.inflight.lock().expect("lock");
-            let fresh = !inflight.contains_key(&key);
-            if fresh {
-                inflight.insert(
-                    key.clone(),
-                    Inflight {
+            match inflight.get(&key) {
+                Some(entry) => (false, entry.input.clone()),
+                None => {
+                    let entry = Inflight {
                         cancel: Some(tx),
                         input: input_tx,
-                    },
-                );
+                    };
+                    inflight.insert(key.clone(), entry);
+                    (true, None)
+                }
             }
-            fresh
         };
         if !fresh {
             let error = RpcError::invalid_request(format!(
                 "id {key} is already used by a request in flight"
             ))
             .hint("use a new id per request");
+            // Two streamed writes under one id: their chunks can no longer be
+            // told apart, so the one in flight must not take them either.
+            if let (true, Some(input)) = (takes_input, taken) {
+                input
+                    .fail(RpcError::invalid_request(format!(
+                        "another streamed files.write reused this write's id {key}, so the \
+                         chunks that follow cannot be told apart; the file was not changed"
+                    )))
+                    .await;
+            }
             return self.out.respond(id, Err(error)).await;
         }
         let Ok(permit) = self.slots.clone().try_acquire_owned() else {

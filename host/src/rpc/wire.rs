@@ -248,6 +248,25 @@ pub fn id_from_head(head: &[u8]) -> Value {
     }
 }
 
+/// The `request_id` of what looks like an input notification
+/// (`files.write_chunk`) from the first bytes of a line that could not be read
+/// whole: a guess, used only to fail the request it names, which would
+/// otherwise wait for bytes that never come.
+pub fn input_target_from_head(head: &[u8]) -> Option<Value> {
+    let text = String::from_utf8_lossy(head);
+    if !text.contains("\"files.write_chunk\"") {
+        return None;
+    }
+    let pos = text.find("\"request_id\"")?;
+    let rest = text[pos + "\"request_id\"".len()..].trim_start();
+    let rest = rest.strip_prefix(':')?.trim_start();
+    let mut stream = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+    match stream.next() {
+        Some(Ok(v)) if valid_id(&v) => Some(v),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,6 +373,29 @@ mod tests {
     fn deep_nesting_is_a_parse_error_not_a_crash() {
         let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
         assert!(matches!(parse(deep.as_bytes()), Incoming::Invalid { .. }));
+    }
+
+    #[test]
+    fn input_targets_are_found_near_the_start() {
+        let chunk = br#"{"jsonrpc":"2.0","method":"files.write_chunk","params":{"request_id":7,"content":"abc"#;
+        assert_eq!(input_target_from_head(chunk), Some(json!(7)));
+        let named = br#"{"method": "files.write_chunk", "params": {"request_id": "w-1", "content": "\ud800"}}"#;
+        assert_eq!(input_target_from_head(named), Some(json!("w-1")));
+        // Not a chunk, or no usable id: nothing to fail.
+        assert_eq!(
+            input_target_from_head(br#"{"method":"files.write","params":{"request_id":7}}"#),
+            None
+        );
+        assert_eq!(
+            input_target_from_head(
+                br#"{"method":"files.write_chunk","params":{"request_id":[1]}}"#
+            ),
+            None
+        );
+        assert_eq!(
+            input_target_from_head(br#"{"method":"files.write_chunk","params":{"content":"x"#),
+            None
+        );
     }
 
     #[test]

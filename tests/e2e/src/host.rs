@@ -196,6 +196,13 @@ impl Host {
         self.client.request(method, params)
     }
 
+    /// Sends a request under an id already in flight, expecting its refusal
+    /// (a second answer to that id).
+    pub fn send_duplicate(&self, id: Value, method: &str, params: Value) {
+        self.client.allow_second_answer(&id);
+        self.client.request_with_id(id, method, params);
+    }
+
     /// Sends a notification (no id, no answer).
     pub fn notify(&self, method: &str, params: Value) {
         self.client.notify(method, params);

@@ -364,3 +364,80 @@ fn interleaved_streamed_writes_and_stray_chunks() {
         "the stray chunk is logged: {log}"
     );
 }
+
+#[test]
+fn chunks_that_cannot_be_read_fail_their_write_at_once() {
+    let host = HostBuilder::new(Mode::Direct)
+        .arg("--max-line-bytes")
+        .arg("65536")
+        .spawn();
+    let id = host.create_sandbox();
+    let path = format!("{}/lost.txt", workdir(&host, &id));
+    host.ok(
+        "files.write",
+        json!({"sandbox_id": id, "path": path, "content": "old"}),
+    );
+    let start = |size: usize| {
+        host.send(
+            "files.write",
+            json!({"sandbox_id": id, "path": path, "size": size, "stream": true}),
+        )
+    };
+    let quick = Duration::from_secs(20);
+    let cases: [(&str, Box<dyn Fn(&Value) -> Vec<u8>>); 2] = [
+        (
+            "more than this host accepts",
+            Box::new(|req: &Value| {
+                json!({"jsonrpc": "2.0", "method": "files.write_chunk",
+                       "params": {"request_id": req, "content": "x".repeat(70_000)}})
+                .to_string()
+                .into_bytes()
+            }),
+        ),
+        (
+            "could not be read",
+            Box::new(|req: &Value| {
+                format!(
+                    r#"{{"jsonrpc":"2.0","method":"files.write_chunk","params":{{"request_id":{req},"content":"abc"#
+                )
+                .into_bytes()
+            }),
+        ),
+    ];
+    for (needle, line) in cases {
+        let req = start(100);
+        let mut bytes = line(&req);
+        bytes.push(b'\n');
+        host.raw(&bytes);
+        let err = host.wait(&req, quick).expect_err("the write fails");
+        assert_eq!(err.epp, "E1001", "{err:?}");
+        assert!(
+            err.message.contains("could not be read") && err.message.contains(needle),
+            "{needle}: {}",
+            err.message
+        );
+        assert_eq!(text_of(&host, &id, &path), "old");
+    }
+
+    // A second streamed write under the id of one in flight: both fail.
+    let req = start(10);
+    host.send_duplicate(
+        req.clone(),
+        "files.write",
+        json!({"sandbox_id": id, "path": path, "size": 10, "stream": true}),
+    );
+    let answers: Vec<_> = (0..2)
+        .map(|_| host.wait(&req, quick).expect_err("both fail"))
+        .collect();
+    assert!(
+        answers.iter().any(|e| e.message.contains("already used")),
+        "{answers:?}"
+    );
+    assert!(
+        answers
+            .iter()
+            .any(|e| e.message.contains("reused this write's id")),
+        "{answers:?}"
+    );
+    assert_eq!(text_of(&host, &id, &path), "old");
+}

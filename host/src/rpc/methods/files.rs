@@ -418,10 +418,13 @@ async fn write_streamed(
         while written < size {
             // The sender lives as long as the request: `None` cannot happen
             // while it runs; the request's deadline bounds a silent client.
-            let Some(params) = input.recv().await else {
+            let Some(item) = input.recv().await else {
                 return Err(RpcError::fault("the input of this write ended early"));
             };
-            let chunk: WriteChunk = serde_json::from_value(Value::Object(params))
+            // Held until this chunk is written: the server reads no further
+            // ahead than the budget allows.
+            let _permit = item.permit;
+            let chunk: WriteChunk = serde_json::from_value(Value::Object(item.params?))
                 .map_err(|e| bad(format!("a `files.write_chunk` for {path}: {e}")))?;
             let bytes = match encoding {
                 Encoding::Utf8 => chunk.content.into_bytes(),

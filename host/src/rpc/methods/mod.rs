@@ -70,8 +70,18 @@ pub struct CallCtx {
     pub input: Mutex<Option<Input>>,
 }
 
-/// The params of the notifications a request takes as input, as they arrived.
-pub type Input = tokio::sync::mpsc::Receiver<Map<String, Value>>;
+/// The notifications a request takes as input, as they arrived.
+pub type Input = tokio::sync::mpsc::Receiver<InputItem>;
+
+/// One input notification's params, or why one meant for this request could
+/// not be read (a line too long or not JSON, the request's id reused): the
+/// request then fails with it instead of waiting for bytes that never come.
+pub struct InputItem {
+    pub params: Result<Map<String, Value>, RpcError>,
+    /// Its share of the request's input budget, given back once it is dropped
+    /// (after its bytes are written).
+    pub permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
 
 impl CallCtx {
     pub fn new(
