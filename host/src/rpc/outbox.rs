@@ -214,7 +214,10 @@ mod tests {
             out.notify("n", line(3 << 20)),
         )
         .await;
-        assert!(late.is_ok(), "a sender waited forever for budget a dead writer held");
+        assert!(
+            late.is_ok(),
+            "a sender waited forever for budget a dead writer held"
+        );
     }
 
     #[tokio::test]
