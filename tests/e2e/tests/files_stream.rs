@@ -384,31 +384,24 @@ fn chunks_that_cannot_be_read_fail_their_write_at_once() {
         )
     };
     let quick = Duration::from_secs(20);
-    let cases: [(&str, Box<dyn Fn(&Value) -> Vec<u8>>); 2] = [
-        (
-            "more than this host accepts",
-            Box::new(|req: &Value| {
-                json!({"jsonrpc": "2.0", "method": "files.write_chunk",
-                       "params": {"request_id": req, "content": "x".repeat(70_000)}})
-                .to_string()
-                .into_bytes()
-            }),
-        ),
-        (
-            "could not be read",
-            Box::new(|req: &Value| {
-                format!(
-                    r#"{{"jsonrpc":"2.0","method":"files.write_chunk","params":{{"request_id":{req},"content":"abc"#
-                )
-                .into_bytes()
-            }),
-        ),
+    // A chunk line longer than --max-line-bytes, and one that is not JSON.
+    let too_long = |req: &Value| {
+        json!({"jsonrpc": "2.0", "method": "files.write_chunk",
+               "params": {"request_id": req, "content": "x".repeat(70_000)}})
+        .to_string()
+    };
+    let broken = |req: &Value| {
+        format!(
+            r#"{{"jsonrpc":"2.0","method":"files.write_chunk","params":{{"request_id":{req},"content":"abc"#
+        )
+    };
+    let cases: [(&str, &dyn Fn(&Value) -> String); 2] = [
+        ("more than this host accepts", &too_long),
+        ("could not be read", &broken),
     ];
     for (needle, line) in cases {
         let req = start(100);
-        let mut bytes = line(&req);
-        bytes.push(b'\n');
-        host.raw(&bytes);
+        host.raw(format!("{}\n", line(&req)).as_bytes());
         let err = host.wait(&req, quick).expect_err("the write fails");
         assert_eq!(err.epp, "E1001", "{err:?}");
         assert!(
