@@ -395,7 +395,8 @@ fn chunks_that_cannot_be_read_fail_their_write_at_once() {
             r#"{{"jsonrpc":"2.0","method":"files.write_chunk","params":{{"request_id":{req},"content":"abc"#
         )
     };
-    let cases: [(&str, &dyn Fn(&Value) -> String); 2] = [
+    type Line<'a> = &'a dyn Fn(&Value) -> String;
+    let cases: [(&str, Line); 2] = [
         ("more than this host accepts", &too_long),
         ("could not be read", &broken),
     ];
