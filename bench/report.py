@@ -70,10 +70,8 @@ class Stats:
         out["stream"] = [r["mib_s"] for r in get("stream")]
         out["write"] = [r["write_mib_s"] for r in get("files")]
         out["read"] = [r["read_mib_s"] for r in get("files")]
-        # epp-host's streamed files (`stream: true`); the SDK and the raw client
-        # have one way to move a file, which is what the streamed one is paired with.
-        out["stream_write"] = [r.get("stream_write_mib_s", r["write_mib_s"]) for r in get("files")]
-        out["stream_read"] = [r.get("stream_read_mib_s", r["read_mib_s"]) for r in get("files")]
+        out["stream_write"] = [streamed(r, "write") for r in get("files")]
+        out["stream_read"] = [streamed(r, "read") for r in get("files")]
         out["conc_wall"] = [median(r["wall_us"]) for r in get("concurrent")]
         out["conc_p99"] = [pct(r["lat_us"], 99) for r in get("concurrent")]
         out["conc_hwm"] = [r["hwm_kib"] for r in get("concurrent")]
@@ -118,8 +116,8 @@ class Stats:
             w = [r["write_mib_s"] for r in s["files"][c]]
             r_ = [r["read_mib_s"] for r in s["files"][c]]
             out.update(write=median(w), write_all=w, read=median(r_), read_all=r_)
-            sw = [r.get("stream_write_mib_s", r["write_mib_s"]) for r in s["files"][c]]
-            sr = [r.get("stream_read_mib_s", r["read_mib_s"]) for r in s["files"][c]]
+            sw = [streamed(r, "write") for r in s["files"][c]]
+            sr = [streamed(r, "read") for r in s["files"][c]]
             out.update(stream_write=median(sw), stream_write_all=sw, stream_read=median(sr), stream_read_all=sr)
             enc = [r["encode_s"] for r in s["files"][c] if r.get("encode_s") is not None]
             if enc:
@@ -174,6 +172,12 @@ class Stats:
 
 def ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}×" if b else "–"
+
+
+def streamed(sample: dict, way: str) -> float:
+    """A files sample's MiB/s `way` ("write" or "read") with `stream: true`; the SDK
+    and the raw client have one way to move a file, which is what it is paired with."""
+    return sample.get(f"stream_{way}_mib_s", sample[f"{way}_mib_s"])
 
 
 def pr(st: "Stats", metric: str, a: str, b: str, spread: bool = True) -> str:

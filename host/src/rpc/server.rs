@@ -168,11 +168,7 @@ impl Server {
         let Some(target) = input_target_from_head(head) else {
             return;
         };
-        let input = {
-            let inflight = self.inflight.lock().expect("lock");
-            inflight.get(&id_key(&target)).and_then(|e| e.input.clone())
-        };
-        if let Some(input) = input {
+        if let Some(Some(input)) = self.input_of(&id_key(&target)) {
             let reason = RpcError::invalid_params(
                 methods::WRITE_CHUNK,
                 format!(
@@ -183,6 +179,13 @@ impl Server {
             );
             input.fail(reason).await;
         }
+    }
+
+    /// Where the input of the request in flight under `key` goes: none when no
+    /// such request is in flight, `Some(None)` when it takes no input.
+    fn input_of(&self, key: &str) -> Option<Option<InputSender>> {
+        let inflight = self.inflight.lock().expect("lock");
+        inflight.get(key).map(|entry| entry.input.clone())
     }
 
     /// Cancels the request named by `params.id`; true if it was in flight.
@@ -211,11 +214,7 @@ impl Server {
             return;
         };
         let key = id_key(id);
-        let tx = {
-            let inflight = self.inflight.lock().expect("lock");
-            inflight.get(&key).map(|entry| entry.input.clone())
-        };
-        match tx {
+        match self.input_of(&key) {
             Some(Some(input)) => {
                 if !input.send(params, len).await {
                     tracing::debug!(method, request_id = %key, "input for a request that no longer reads it; dropped");

@@ -120,10 +120,7 @@ fn text_is_cut_only_between_characters() {
     text.push('🦀');
     text.push_str("\n\"quoted\" \\ end\n");
     let path = format!("{dir}/text.txt");
-    let req = host.send(
-        "files.write",
-        json!({"sandbox_id": id, "path": path, "size": text.len(), "stream": true}),
-    );
+    let req = begin(&host, &id, &path, text.len());
     // Text chunks are JSON strings, so they are whole characters by nature.
     let (head, tail) = text.split_at(MIB - 1);
     for piece in [head, tail] {
@@ -211,21 +208,31 @@ fn text_of(host: &Host, id: &str, path: &str) -> String {
         .to_string()
 }
 
-#[test]
-fn a_failed_or_cancelled_streamed_write_leaves_the_old_file() {
-    let host = Host::start(Mode::Direct);
+/// Starts a streamed text write of `size` bytes (its chunks are the
+/// caller's) and returns its request id.
+fn begin(host: &Host, id: &str, path: &str, size: usize) -> Value {
+    host.send(
+        "files.write",
+        json!({"sandbox_id": id, "path": path, "size": size, "stream": true}),
+    )
+}
+
+/// A sandbox with a file that holds "old": (sandbox id, path).
+fn with_old_file(host: &Host, name: &str) -> (String, String) {
     let id = host.create_sandbox();
-    let path = format!("{}/keep.txt", workdir(&host, &id));
+    let path = format!("{}/{name}", workdir(host, &id));
     host.ok(
         "files.write",
         json!({"sandbox_id": id, "path": path, "content": "old"}),
     );
-    let start = |size: usize| {
-        host.send(
-            "files.write",
-            json!({"sandbox_id": id, "path": path, "size": size, "stream": true}),
-        )
-    };
+    (id, path)
+}
+
+#[test]
+fn a_failed_or_cancelled_streamed_write_leaves_the_old_file() {
+    let host = Host::start(Mode::Direct);
+    let (id, path) = with_old_file(&host, "keep.txt");
+    let start = |size: usize| begin(&host, &id, &path, size);
     let chunk = |req: &Value, content: Value| {
         host.notify(
             "files.write_chunk",
@@ -322,16 +329,7 @@ fn interleaved_streamed_writes_and_stray_chunks() {
     let id = host.create_sandbox();
     let dir = workdir(&host, &id);
     let (a, b) = (format!("{dir}/a.txt"), format!("{dir}/b.txt"));
-    let (ra, rb) = (
-        host.send(
-            "files.write",
-            json!({"sandbox_id": id, "path": a, "size": 6, "stream": true}),
-        ),
-        host.send(
-            "files.write",
-            json!({"sandbox_id": id, "path": b, "size": 6, "stream": true}),
-        ),
-    );
+    let (ra, rb) = (begin(&host, &id, &a, 6), begin(&host, &id, &b, 6));
     // A chunk naming no request in flight is ignored (and logged).
     host.notify(
         "files.write_chunk",
@@ -371,18 +369,8 @@ fn chunks_that_cannot_be_read_fail_their_write_at_once() {
         .arg("--max-line-bytes")
         .arg("65536")
         .spawn();
-    let id = host.create_sandbox();
-    let path = format!("{}/lost.txt", workdir(&host, &id));
-    host.ok(
-        "files.write",
-        json!({"sandbox_id": id, "path": path, "content": "old"}),
-    );
-    let start = |size: usize| {
-        host.send(
-            "files.write",
-            json!({"sandbox_id": id, "path": path, "size": size, "stream": true}),
-        )
-    };
+    let (id, path) = with_old_file(&host, "lost.txt");
+    let start = |size: usize| begin(&host, &id, &path, size);
     let quick = Duration::from_secs(20);
     // A chunk line longer than --max-line-bytes, and one that is not JSON.
     let too_long = |req: &Value| {

@@ -34,6 +34,20 @@ impl Encoding {
             Encoding::Base64 => "base64",
         }
     }
+
+    /// The bytes that `content`, sent in this encoding, stands for.
+    fn bytes(self, content: String) -> Result<Vec<u8>, base64::DecodeError> {
+        match self {
+            Encoding::Utf8 => Ok(content.into_bytes()),
+            Encoding::Base64 => base64::engine::general_purpose::STANDARD.decode(&content),
+        }
+    }
+}
+
+/// A write's optional `mode` param as permission bits; `name` is how the
+/// message calls the param.
+fn mode_bits(mode: Option<&Value>, name: &str) -> Result<Option<u32>, String> {
+    mode.map(|m| decode::mode(m, name)).transpose()
 }
 
 #[derive(Deserialize)]
@@ -403,11 +417,7 @@ async fn write_streamed(
     mode: Option<Value>,
 ) -> Result<Value, RpcError> {
     let bad = |e: String| RpcError::invalid_params("files.write", e);
-    let mode = mode
-        .as_ref()
-        .map(|m| decode::mode(m, "mode"))
-        .transpose()
-        .map_err(bad)?;
+    let mode = mode_bits(mode.as_ref(), "mode").map_err(bad)?;
     let mut input = ctx.take_input().ok_or_else(|| {
         RpcError::fault("a streamed files.write was started without its input channel")
     })?;
@@ -426,17 +436,12 @@ async fn write_streamed(
             let _permit = item.permit;
             let chunk: WriteChunk = serde_json::from_value(Value::Object(item.params?))
                 .map_err(|e| bad(format!("a `files.write_chunk` for {path}: {e}")))?;
-            let bytes = match encoding {
-                Encoding::Utf8 => chunk.content.into_bytes(),
-                Encoding::Base64 => base64::engine::general_purpose::STANDARD
-                    .decode(&chunk.content)
-                    .map_err(|e| {
-                        bad(format!(
-                            "the `files.write_chunk` at byte {written} of {path} is not valid \
-                             base64 ({e}); the file was not changed"
-                        ))
-                    })?,
-            };
+            let bytes = encoding.bytes(chunk.content).map_err(|e| {
+                bad(format!(
+                    "the `files.write_chunk` at byte {written} of {path} is not valid \
+                     base64 ({e}); the file was not changed"
+                ))
+            })?;
             if written + bytes.len() as u64 > size {
                 return Err(bad(format!(
                     "the chunks for {path} carry more than `size` ({size}) bytes; \
@@ -458,17 +463,11 @@ async fn write_streamed(
 impl FileParams {
     /// The bytes to write and the mode; `at` says which file a message is about.
     fn decode(self, at: &str) -> Result<(Vec<u8>, Option<u32>), String> {
-        let mode = self
-            .mode
-            .as_ref()
-            .map(|m| decode::mode(m, &format!("{at}mode")))
-            .transpose()?;
-        let bytes = match self.encoding {
-            Encoding::Utf8 => self.content.into_bytes(),
-            Encoding::Base64 => base64::engine::general_purpose::STANDARD
-                .decode(&self.content)
-                .map_err(|e| format!("`{at}content` is not valid base64 ({e})"))?,
-        };
+        let mode = mode_bits(self.mode.as_ref(), &format!("{at}mode"))?;
+        let bytes = self
+            .encoding
+            .bytes(self.content)
+            .map_err(|e| format!("`{at}content` is not valid base64 ({e})"))?;
         Ok((bytes, mode))
     }
 }
