@@ -1,16 +1,19 @@
 //! Derives the EPP/1 method table from the WIT world (docs/epp-1.md §8), so
 //! the contract is written once, in `wit/`: every function of `interface infra`
-//! with an `/// epp: ...` doc line is a wire method. Writes `$OUT_DIR/methods.rs`
-//! (included by `src/rpc/methods/table.rs`) and fails the build, naming the
-//! function, on a tag the host could not honour.
+//! with `/// epp: ...` doc lines is a wire method, and the cases of the event
+//! variants its streams carry say what each event is. Writes
+//! `$OUT_DIR/methods.rs` (included by `src/contract/table.rs`) and fails the
+//! build, naming the function or case, on a tag the host could not honour.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use wit_parser::{Function, FunctionKind, Resolve, Type, TypeDefKind, TypeId};
+use wit_parser::{
+    Function, FunctionKind, Handle, IndexMap, Resolve, Type, TypeDefKind, TypeId, Variant,
+};
 
 #[allow(dead_code, reason = "the codec uses the rest of the naming rule")]
-#[path = "src/rpc/codec/names.rs"]
+#[path = "src/contract/names.rs"]
 mod names;
 
 fn main() {
@@ -18,7 +21,7 @@ fn main() {
     let wit = manifest.join("../wit");
     println!("cargo:rerun-if-changed={}", wit.display());
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=src/rpc/codec/names.rs");
+    println!("cargo:rerun-if-changed=src/contract/names.rs");
     let code = match generate(&wit) {
         Ok(code) => code,
         Err(e) => {
@@ -33,7 +36,15 @@ fn main() {
     }
 }
 
-/// One wire method, as read from its function and its `epp:` line.
+/// What the WIT gives every check: the parsed world and a few type ids.
+struct Ctx<'a> {
+    resolve: &'a Resolve,
+    functions: &'a IndexMap<String, Function>,
+    capabilities: Vec<String>,
+    epp_error: TypeId,
+}
+
+/// One wire method, as read from its function and its `epp:` lines.
 struct Method {
     wire: String,
     function: String,
@@ -44,8 +55,57 @@ struct Method {
     defaults: Vec<(String, String)>,
     aliases: Vec<(String, String)>,
     ranges: Vec<(String, Option<i64>, Option<i64>)>,
-    stream: bool,
-    undo: Option<String>,
+    extends: Option<String>,
+    /// `None`: no `wait`; `Some(None)`: until the end; `Some(Some(f))`: field f.
+    wait: Option<Option<String>>,
+    stream: Option<Stream>,
+}
+
+/// The stream tags of a method and the functions that may serve it.
+#[derive(Default)]
+struct Stream {
+    id: Option<String>,
+    forward: Option<String>,
+    note: Option<String>,
+    input: Option<String>,
+    detach: bool,
+    prefer: Option<String>,
+    when: Vec<(String, String)>,
+    callees: Vec<Callee>,
+}
+
+/// A function that serves a stream method, and how.
+struct Callee {
+    function: String,
+    /// `Main`, `Prefer` or `When { param, is_param }` as Rust source.
+    via: String,
+    answer: Answer,
+}
+
+enum Answer {
+    Plain,
+    Events {
+        next: String,
+        batched: bool,
+        tuple: bool,
+        cases: Option<Vec<Case>>,
+    },
+    Reader {
+        read: String,
+        size: Option<String>,
+    },
+    Writer {
+        write: String,
+        finish: String,
+    },
+}
+
+struct Case {
+    wit: String,
+    wire: String,
+    /// The `Role` as Rust source.
+    role: String,
+    note: Option<String>,
 }
 
 fn generate(wit: &Path) -> Result<String, String> {
@@ -64,82 +124,88 @@ fn generate(wit: &Path) -> Result<String, String> {
     let export = resolve
         .id_of(infra)
         .ok_or("interface `infra` has no package name")?;
-    let capabilities = capabilities(&resolve, types)?;
     let epp_error = *resolve.interfaces[types]
         .types
         .get("epp-error")
         .ok_or("interface `types` has no `epp-error`")?;
+    let cx = Ctx {
+        resolve: &resolve,
+        functions: &resolve.interfaces[infra].functions,
+        capabilities: capabilities(&resolve, types)?,
+        epp_error,
+    };
 
     let mut methods = Vec::new();
-    for func in resolve.interfaces[infra].functions.values() {
+    for func in cx.functions.values() {
         let located = |e: String| format!("wit/infra.wit, function `{}`: {e}", func.name);
-        let Some(line) = epp_line(func).map_err(located)? else {
+        let Some(line) = epp_line(&func.docs, &func.name).map_err(located)? else {
             continue;
         };
-        let method = method(&resolve, func, &line, &capabilities, epp_error).map_err(located)?;
-        if let Some(undo) = &method.undo {
-            check_undo(
-                &resolve,
-                &resolve.interfaces[infra].functions,
-                undo,
-                epp_error,
-            )
-            .map_err(|e| located(format!("undo={undo}: {e}")))?;
+        if func.kind != FunctionKind::Freestanding {
+            return Err(located(
+                "it has `epp:` lines but is not a plain function".into(),
+            ));
         }
-        methods.push(method);
+        methods.push(method(&cx, func, &line).map_err(located)?);
     }
     if methods.is_empty() {
         return Err("no function of `infra` has an `epp:` doc line".into());
     }
+    Ok(render(&export, &cx.capabilities, &methods))
+}
 
+fn render(export: &str, capabilities: &[String], methods: &[Method]) -> String {
     let mut code = String::new();
+    let w = &mut code;
     let _ = writeln!(
-        code,
+        w,
         "// Generated by host/build.rs from wit/ (docs/epp-1.md §8). Do not edit.\n"
     );
     let _ = writeln!(
-        code,
+        w,
         "/// The provider's `infra` export, as this host was built against it."
     );
-    let _ = writeln!(code, "pub const INFRA: &str = {export:?};\n");
+    let _ = writeln!(w, "pub const INFRA: &str = {export:?};\n");
     let _ = writeln!(
-        code,
+        w,
         "/// The EPP/1 capabilities, in the order of the `capabilities` flags."
     );
-    let _ = writeln!(
-        code,
-        "pub const CAPABILITIES: &[&str] = &{capabilities:?};\n"
-    );
+    let _ = writeln!(w, "pub const CAPABILITIES: &[&str] = &{capabilities:?};\n");
     // bindgen's flags type has no constructor from bits: name each constant
     // (`files.rw` is the case `files-rw`, the constant `FILES_RW`).
     let _ = writeln!(
-        code,
+        w,
         "/// The same capabilities as the WIT flags, in the same order."
     );
     let _ = writeln!(
-        code,
-        "pub const CAPABILITY_FLAGS: [crate::runtime::bindings::Capabilities; {}] = [",
+        w,
+        "pub const CAPABILITY_FLAGS: [crate::contract::bindings::Capabilities; {}] = [",
         capabilities.len()
     );
-    for name in &capabilities {
+    for name in capabilities {
         let constant = name.replace(['.', '-'], "_").to_ascii_uppercase();
         let _ = writeln!(
-            code,
-            "    crate::runtime::bindings::Capabilities::{constant},"
+            w,
+            "    crate::contract::bindings::Capabilities::{constant},"
         );
     }
-    let _ = writeln!(code, "];\n");
+    let _ = writeln!(w, "];\n");
     let _ = writeln!(
-        code,
+        w,
         "/// Every wire method, in the order of `interface infra`."
     );
-    let _ = writeln!(code, "pub const METHODS: &[Method] = &[");
-    for m in &methods {
+    let _ = writeln!(w, "pub const METHODS: &[Method] = &[");
+    for m in methods {
+        let wait = match &m.wait {
+            None => "Wait::No".to_string(),
+            Some(None) => "Wait::UntilEnd".to_string(),
+            Some(Some(f)) => format!("Wait::Field({f:?})"),
+        };
         let _ = writeln!(
-            code,
+            w,
             "    Method {{ name: {:?}, function: {:?}, capability: {:?}, result: {:?}, \
              params: &{:?}, seconds: &{:?}, defaults: &{:?}, aliases: &{:?}, ranges: &{:?}, \
-             stream: {}, undo: {:?} }},",
+             extends: {:?}, wait: {wait}, stream: {} }},",
             m.wire,
             m.function,
             m.capability,
@@ -149,12 +215,72 @@ fn generate(wit: &Path) -> Result<String, String> {
             m.defaults,
             m.aliases,
             m.ranges,
-            m.stream,
-            m.undo
+            m.extends,
+            render_stream(m.stream.as_ref()),
         );
     }
-    let _ = writeln!(code, "];");
-    Ok(code)
+    let _ = writeln!(w, "];");
+    code
+}
+
+fn render_stream(stream: Option<&Stream>) -> String {
+    let Some(s) = stream else {
+        return "None".into();
+    };
+    let callees: Vec<String> = s
+        .callees
+        .iter()
+        .map(|c| {
+            let answer = match &c.answer {
+                Answer::Plain => "Answer::Plain".to_string(),
+                Answer::Events {
+                    next,
+                    batched,
+                    tuple,
+                    cases,
+                } => {
+                    let items = match cases {
+                        None => "Items::Records".to_string(),
+                        Some(cases) => {
+                            let cases: Vec<String> = cases
+                                .iter()
+                                .map(|c| {
+                                    format!(
+                                        "Case {{ wit: {:?}, wire: {:?}, role: {}, note: {:?} }}",
+                                        c.wit, c.wire, c.role, c.note
+                                    )
+                                })
+                                .collect();
+                            format!("Items::Cases(&[{}])", cases.join(", "))
+                        }
+                    };
+                    format!(
+                        "Answer::Events {{ next: {next:?}, batched: {batched}, tuple: {tuple}, items: {items} }}"
+                    )
+                }
+                Answer::Reader { read, size } => {
+                    format!("Answer::Reader {{ read: {read:?}, size: {size:?} }}")
+                }
+                Answer::Writer { write, finish } => {
+                    format!("Answer::Writer {{ write: {write:?}, finish: {finish:?} }}")
+                }
+            };
+            format!(
+                "Callee {{ function: {:?}, via: {}, answer: {answer} }}",
+                c.function, c.via
+            )
+        })
+        .collect();
+    format!(
+        "Some(&StreamTags {{ id: {:?}, forward: {:?}, note: {:?}, input: {:?}, detach: {}, \
+         callees: &[{}] }})",
+        s.id,
+        s.forward,
+        s.note,
+        s.input,
+        s.detach,
+        callees.join(", ")
+    )
 }
 
 /// The wire names of the `capabilities` flags, in order.
@@ -176,21 +302,15 @@ fn capabilities(resolve: &Resolve, types: wit_parser::InterfaceId) -> Result<Vec
     }
 }
 
-/// The text after `epp:` in a function's doc comment, if it has one.
-fn epp_line(func: &Function) -> Result<Option<String>, String> {
-    let docs = func.docs.contents.as_deref().unwrap_or("");
-    let mut lines = docs
+/// The tags of every `epp:` line of `docs`, joined with spaces, if it has one.
+fn epp_line(docs: &wit_parser::Docs, _what: &str) -> Result<Option<String>, String> {
+    let docs = docs.contents.as_deref().unwrap_or("");
+    let lines: Vec<&str> = docs
         .lines()
         .filter_map(|l| l.trim().strip_prefix("epp:"))
-        .map(str::trim);
-    let line = lines.next().map(str::to_string);
-    if line.is_some() && lines.next().is_some() {
-        return Err("it has more than one `epp:` line".into());
-    }
-    if line.is_some() && func.kind != FunctionKind::Freestanding {
-        return Err("it has an `epp:` line but is not a plain function".into());
-    }
-    Ok(line)
+        .map(str::trim)
+        .collect();
+    Ok((!lines.is_empty()).then(|| lines.join(" ")))
 }
 
 /// Splits a tag line at spaces outside JSON strings.
@@ -220,14 +340,12 @@ fn tags(line: &str) -> Result<Vec<String>, String> {
     Ok(tags)
 }
 
-fn method(
-    resolve: &Resolve,
-    func: &Function,
-    line: &str,
-    capabilities: &[String],
-    epp_error: TypeId,
-) -> Result<Method, String> {
-    let params = params(resolve, func);
+const METHOD_TAGS: &str = "capability=NAME, result=KEY, default.FIELD=JSON, alias.WIRE=FIELD, \
+     range.FIELD=MIN..MAX, extends=FIELD, wait[=FIELD], stream, id=KEY, forward=CAPABILITY, \
+     note=NAME, input=NAME, detach, when.PARAM=FUNCTION or prefer=FUNCTION";
+
+fn method(cx: &Ctx, func: &Function, line: &str) -> Result<Method, String> {
+    let params = params(cx.resolve, func);
     let mut m = Method {
         wire: names::method(&func.name),
         function: func.name.clone(),
@@ -242,8 +360,9 @@ fn method(
         defaults: Vec::new(),
         aliases: Vec::new(),
         ranges: Vec::new(),
-        stream: false,
-        undo: None,
+        extends: None,
+        wait: None,
+        stream: None,
     };
     for (i, p) in params.iter().enumerate() {
         if params[..i].iter().any(|q| q.wire == p.wire) {
@@ -263,137 +382,496 @@ fn method(
                 )
             })
     };
+    let mut stream = Stream::default();
+    let mut tagged_stream = false;
     for tag in tags(line)? {
-        let malformed = || {
-            format!(
-                "malformed tag `{tag}` (expected capability=NAME, result=KEY, \
-                 default.FIELD=JSON, alias.WIRE=FIELD, range.FIELD=MIN..MAX, undo=FUNCTION \
-                 or stream)"
-            )
-        };
-        if tag == "stream" {
-            m.stream = true;
-            continue;
+        let malformed = || format!("malformed tag `{tag}` (expected {METHOD_TAGS})");
+        match tag.as_str() {
+            "stream" => {
+                tagged_stream = true;
+                continue;
+            }
+            "detach" => {
+                stream.detach = true;
+                continue;
+            }
+            "wait" => {
+                m.wait = Some(None);
+                continue;
+            }
+            _ => {}
         }
         let (key, value) = tag.split_once('=').ok_or_else(malformed)?;
         if value.is_empty() {
             return Err(malformed());
         }
-        if key == "capability" {
-            if !capabilities.iter().any(|c| c == value) {
-                return Err(format!(
-                    "unknown capability `{value}` (the `capabilities` flags name: {})",
-                    capabilities.join(", ")
-                ));
+        match key {
+            "capability" => {
+                check_capability(cx, value)?;
+                m.capability = value.to_string();
             }
-            m.capability = value.to_string();
-        } else if key == "result" {
-            m.result = Some(value.to_string());
-        } else if key == "undo" {
-            m.undo = Some(value.to_string());
-        } else if let Some(field) = key.strip_prefix("default.") {
-            let ty = param_type(field)?;
-            let json: serde_json::Value = serde_json::from_str(value)
-                .map_err(|e| format!("default.{field}: `{value}` is not JSON ({e})"))?;
-            fits(resolve, ty, &json).map_err(|why| format!("default.{field}: {why}"))?;
-            m.defaults.push((field.to_string(), value.to_string()));
-        } else if let Some(wire) = key.strip_prefix("alias.") {
-            param_type(value).map_err(|e| format!("alias.{wire}: {e}"))?;
-            if m.params.iter().any(|p| p == wire) {
-                return Err(format!("alias.{wire}: `{wire}` is already a param"));
+            "result" => m.result = Some(value.to_string()),
+            "id" => stream.id = Some(value.to_string()),
+            "note" => stream.note = Some(value.to_string()),
+            "input" => stream.input = Some(value.to_string()),
+            "forward" => {
+                check_capability(cx, value)?;
+                stream.forward = Some(value.to_string());
             }
-            m.aliases.push((wire.to_string(), value.to_string()));
-        } else if let Some(field) = key.strip_prefix("range.") {
-            let ty = param_type(field)?;
-            if !is_integer(resolve, ty) {
-                return Err(format!("range.{field}: `{field}` is not an integer"));
-            }
-            let (min, max) = value.split_once("..").ok_or_else(malformed)?;
-            let bound = |s: &str| -> Result<Option<i64>, String> {
-                if s.is_empty() {
-                    return Ok(None);
+            "prefer" => stream.prefer = Some(value.to_string()),
+            "extends" => {
+                let ty = param_type(value).map_err(|e| format!("extends={value}: {e}"))?;
+                if !is_integer(cx.resolve, ty) {
+                    return Err(format!("extends={value}: `{value}` is not an integer"));
                 }
-                s.parse().map(Some).map_err(|_| malformed())
-            };
-            let (min, max) = (bound(min)?, bound(max)?);
-            if min.is_none() && max.is_none() {
-                return Err(malformed());
+                m.extends = Some(value.to_string());
             }
-            m.ranges.push((field.to_string(), min, max));
-        } else {
-            return Err(malformed());
+            "wait" => {
+                if !m.seconds.iter().any(|s| s == value) {
+                    return Err(format!(
+                        "wait={value}: `{value}` is not a param in seconds (an integer `*-ms` param)"
+                    ));
+                }
+                m.wait = Some(Some(value.to_string()));
+            }
+            _ => {
+                if let Some(field) = key.strip_prefix("default.") {
+                    let ty = param_type(field)?;
+                    let json: serde_json::Value = serde_json::from_str(value)
+                        .map_err(|e| format!("default.{field}: `{value}` is not JSON ({e})"))?;
+                    fits(cx.resolve, ty, &json).map_err(|why| format!("default.{field}: {why}"))?;
+                    m.defaults.push((field.to_string(), value.to_string()));
+                } else if let Some(wire) = key.strip_prefix("alias.") {
+                    param_type(value).map_err(|e| format!("alias.{wire}: {e}"))?;
+                    if m.params.iter().any(|p| p == wire) {
+                        return Err(format!("alias.{wire}: `{wire}` is already a param"));
+                    }
+                    m.aliases.push((wire.to_string(), value.to_string()));
+                } else if let Some(field) = key.strip_prefix("range.") {
+                    let ty = param_type(field)?;
+                    if !is_integer(cx.resolve, ty) {
+                        return Err(format!("range.{field}: `{field}` is not an integer"));
+                    }
+                    let (min, max) = value.split_once("..").ok_or_else(malformed)?;
+                    let bound = |s: &str| -> Result<Option<i64>, String> {
+                        if s.is_empty() {
+                            return Ok(None);
+                        }
+                        s.parse().map(Some).map_err(|_| malformed())
+                    };
+                    let (min, max) = (bound(min)?, bound(max)?);
+                    if min.is_none() && max.is_none() {
+                        return Err(malformed());
+                    }
+                    m.ranges.push((field.to_string(), min, max));
+                } else if let Some(param) = key.strip_prefix("when.") {
+                    stream.when.push((param.to_string(), value.to_string()));
+                } else {
+                    return Err(malformed());
+                }
+            }
         }
     }
     if m.capability.is_empty() {
         return Err("its `epp:` line has no capability=NAME".into());
     }
-    check_result(resolve, func, &m, epp_error)?;
+    let result = check_result(cx, func)?;
+    let answers_stream = handle(cx.resolve, result.unwrap_or(Type::Bool)).is_some();
+    let has_stream_tags = stream.id.is_some()
+        || stream.forward.is_some()
+        || stream.note.is_some()
+        || stream.input.is_some()
+        || stream.detach
+        || stream.prefer.is_some()
+        || !stream.when.is_empty();
+    if !tagged_stream {
+        if has_stream_tags {
+            return Err(
+                "it has stream tags (id, forward, note, input, detach, when., prefer) but no \
+                 `stream` tag"
+                    .into(),
+            );
+        }
+        check_plain(cx, func, &m, result)?;
+        return Ok(m);
+    }
+    stream.callees = callees(cx, func, &m, &stream)?;
+    if !answers_stream
+        && !stream
+            .callees
+            .iter()
+            .any(|c| !matches!(c.answer, Answer::Plain))
+    {
+        return Err(
+            "it is tagged `stream` but neither it nor a `prefer=`/`when.` function \
+                    answers a resource"
+                .into(),
+        );
+    }
+    check_stream(&stream)?;
+    m.stream = Some(stream);
     Ok(m)
 }
 
-/// An undo function is an `infra` function of one string (the id a call
-/// reported) that answers `result<_, epp-error>`.
-fn check_undo(
-    resolve: &Resolve,
-    functions: &wit_parser::IndexMap<String, Function>,
-    name: &str,
-    epp_error: TypeId,
-) -> Result<(), String> {
-    let func = functions
-        .get(name)
-        .ok_or("no function of `infra` has that name")?;
-    if !matches!(func.params.as_slice(), [p] if dealias(resolve, p.ty) == Type::String) {
-        return Err("it must take exactly one string (the id the call reported)".into());
-    }
-    let answers_unit = func.result.is_some_and(|ty| {
-        matches!(kind(resolve, ty), Some(TypeDefKind::Result(r))
-            if r.ok.is_none() && r.err.map(|e| dealias(resolve, e)) == Some(Type::Id(epp_error)))
-    });
-    if !answers_unit {
-        return Err("it must return result<_, epp-error>".into());
+fn check_capability(cx: &Ctx, value: &str) -> Result<(), String> {
+    if !cx.capabilities.iter().any(|c| c == value) {
+        return Err(format!(
+            "unknown capability `{value}` (the `capabilities` flags name: {})",
+            cx.capabilities.join(", ")
+        ));
     }
     Ok(())
 }
 
-/// The answer must be `result<T, epp-error>`; a plain method's T must have a
-/// JSON form (no resources), and be a record or nothing unless `result=KEY`
-/// names it.
-fn check_result(
-    resolve: &Resolve,
-    func: &Function,
-    m: &Method,
-    epp_error: TypeId,
-) -> Result<(), String> {
+/// The functions of a stream method: its own first, then `prefer=`, then
+/// each `when.`, each with the shape of its answer.
+fn callees(cx: &Ctx, func: &Function, m: &Method, s: &Stream) -> Result<Vec<Callee>, String> {
+    let mut callees = vec![Callee {
+        function: func.name.clone(),
+        via: "Via::Main".into(),
+        answer: answer(cx, func, s)?,
+    }];
+    let same_params = |other: &Function| {
+        other.params.len() == func.params.len()
+            && other
+                .params
+                .iter()
+                .zip(&func.params)
+                .all(|(a, b)| a.name == b.name && a.ty == b.ty)
+    };
+    let find = |name: &str, tag: &str| {
+        cx.functions
+            .get(name)
+            .filter(|f| f.kind == FunctionKind::Freestanding)
+            .ok_or_else(|| format!("{tag}={name}: no function of `infra` has that name"))
+    };
+    if let Some(prefer) = &s.prefer {
+        let other = find(prefer, "prefer")?;
+        if !same_params(other) {
+            return Err(format!(
+                "prefer={prefer}: it must take the same params as `{}`",
+                func.name
+            ));
+        }
+        let answer = answer(cx, other, s).map_err(|e| format!("prefer={prefer}: {e}"))?;
+        if matches!(answer, Answer::Plain) {
+            return Err(format!("prefer={prefer}: it must answer a stream"));
+        }
+        callees.push(Callee {
+            function: prefer.clone(),
+            via: "Via::Prefer".into(),
+            answer,
+        });
+    }
+    for (param, name) in &s.when {
+        let other = find(name, &format!("when.{param}"))?;
+        let is_param = params(cx.resolve, other).iter().any(|p| &p.wire == param);
+        if m.params.contains(param) {
+            return Err(format!(
+                "when.{param}: `{param}` is already a param of `{}`",
+                func.name
+            ));
+        }
+        if !is_param && !same_params(other) {
+            return Err(format!(
+                "when.{param}={name}: it must take the same params as `{}`, or `{param}` among \
+                 its own",
+                func.name
+            ));
+        }
+        let answer = answer(cx, other, s).map_err(|e| format!("when.{param}={name}: {e}"))?;
+        if let (Answer::Plain, Some(ok)) = (&answer, result_ok(cx, other)?) {
+            let record = matches!(kind(cx.resolve, ok), Some(TypeDefKind::Record(_)));
+            if !record && m.result.is_none() && s.id.is_none() {
+                return Err(format!(
+                    "when.{param}={name}: its answer is not a record: give the method \
+                     result=KEY or id=KEY"
+                ));
+            }
+        }
+        callees.push(Callee {
+            function: name.clone(),
+            via: format!("Via::When {{ param: {param:?}, is_param: {is_param} }}"),
+            answer,
+        });
+    }
+    Ok(callees)
+}
+
+/// The `T` of a function's `result<T, epp-error>`.
+fn result_ok(cx: &Ctx, func: &Function) -> Result<Option<Type>, String> {
+    check_result(cx, func)
+}
+
+/// How a function's answer is served: by the shape of the resource it holds.
+fn answer(cx: &Ctx, func: &Function, s: &Stream) -> Result<Answer, String> {
+    let Some(ok) = check_result(cx, func)? else {
+        return Ok(Answer::Plain);
+    };
+    let (resource, tuple) = match kind(cx.resolve, ok) {
+        Some(TypeDefKind::Handle(Handle::Own(r))) => (*r, false),
+        Some(TypeDefKind::Tuple(t)) => match t.types.as_slice() {
+            [first, second] if dealias(cx.resolve, *first) == Type::String => {
+                match kind(cx.resolve, *second) {
+                    Some(TypeDefKind::Handle(Handle::Own(r))) => (*r, true),
+                    _ => return plain_or_fail(cx, ok),
+                }
+            }
+            _ => return plain_or_fail(cx, ok),
+        },
+        _ => return plain_or_fail(cx, ok),
+    };
+    let rname = cx.resolve.types[resource]
+        .name
+        .clone()
+        .ok_or("its resource has no name")?;
+    let method = |name: &str| {
+        let export = format!("[method]{rname}.{name}");
+        cx.functions.get(&export).map(|f| (export, f))
+    };
+    if let Some((next, f)) = method("next") {
+        let (batched, item) = next_item(cx, f).map_err(|e| format!("`{next}`: {e}"))?;
+        let cases = match kind(cx.resolve, item) {
+            Some(TypeDefKind::Variant(v)) => Some(cases(cx, v, s).map_err(|e| {
+                let vname = type_name(cx.resolve, item);
+                format!("variant `{vname}`: {e}")
+            })?),
+            Some(TypeDefKind::Record(_)) => {
+                if s.note.is_none() {
+                    return Err(format!(
+                        "`{next}` yields records: name their notification with note=NAME"
+                    ));
+                }
+                None
+            }
+            _ => return Err(format!("`{next}` must yield a variant or a record")),
+        };
+        if tuple && s.id.is_none() {
+            return Err("it answers an id beside its stream: name it with id=KEY".into());
+        }
+        return Ok(Answer::Events {
+            next,
+            batched,
+            tuple,
+            cases,
+        });
+    }
+    if tuple {
+        return Err(format!(
+            "resource `{rname}` beside an id must be an event stream (have `next`)"
+        ));
+    }
+    if let Some((read, f)) = method("read") {
+        check_read(cx, f).map_err(|e| format!("`{read}`: {e}"))?;
+        let size = method("size").map(|(name, _)| name);
+        return Ok(Answer::Reader { read, size });
+    }
+    if let (Some((write, wf)), Some((finish, ff))) = (method("write"), method("finish")) {
+        check_write(cx, wf).map_err(|e| format!("`{write}`: {e}"))?;
+        let ok = check_result(cx, ff).map_err(|e| format!("`{finish}`: {e}"))?;
+        if ok.is_some_and(|t| handle(cx.resolve, t).is_some()) {
+            return Err(format!("`{finish}` must answer a value, not a resource"));
+        }
+        return Ok(Answer::Writer { write, finish });
+    }
+    Err(format!(
+        "resource `{rname}` is neither an event stream (`next`), a reader (`read`) nor a \
+         writer (`write` and `finish`)"
+    ))
+}
+
+/// A result that holds a resource somewhere else than where a stream may be.
+fn plain_or_fail(cx: &Ctx, ok: Type) -> Result<Answer, String> {
+    match handle(cx.resolve, ok) {
+        Some(what) => Err(format!(
+            "its result holds a {what} where the host cannot serve it (a stream is the result \
+             itself, or the second item of a tuple<string, stream>)"
+        )),
+        None => Ok(Answer::Plain),
+    }
+}
+
+/// `next: func() -> result<option<list<T>>, epp-error>` (batched) or
+/// `-> result<option<T>, epp-error>`: whether batched, and T.
+fn next_item(cx: &Ctx, f: &Function) -> Result<(bool, Type), String> {
+    if f.params.len() != 1 {
+        return Err("it must take no params".into());
+    }
+    let ok = check_result(cx, f)?.ok_or("it must answer result<option<…>, epp-error>")?;
+    let Some(TypeDefKind::Option(inner)) = kind(cx.resolve, ok) else {
+        return Err("it must answer result<option<…>, epp-error> (none at the end)".into());
+    };
+    match kind(cx.resolve, *inner) {
+        Some(TypeDefKind::List(item)) => Ok((true, *item)),
+        _ => Ok((false, *inner)),
+    }
+}
+
+fn check_read(cx: &Ctx, f: &Function) -> Result<(), String> {
+    let max = f.params.get(1).map(|p| dealias(cx.resolve, p.ty));
+    let ok = check_result(cx, f)?;
+    let bytes = ok.and_then(|t| match kind(cx.resolve, t) {
+        Some(TypeDefKind::Option(inner)) => Some(is_bytes(cx.resolve, *inner)),
+        _ => None,
+    });
+    if f.params.len() != 2 || max != Some(Type::U32) || bytes != Some(true) {
+        return Err("it must be func(max: u32) -> result<option<list<u8>>, epp-error>".into());
+    }
+    Ok(())
+}
+
+fn check_write(cx: &Ctx, f: &Function) -> Result<(), String> {
+    let chunk = f.params.get(1).map(|p| is_bytes(cx.resolve, p.ty));
+    if f.params.len() != 2 || chunk != Some(true) || check_result(cx, f)?.is_some() {
+        return Err("it must be func(chunk: list<u8>) -> result<_, epp-error>".into());
+    }
+    Ok(())
+}
+
+const CASE_TAGS: &str = "id, text, item=KEY, keep=KEY, end[=KEY], note=NAME";
+
+/// What each case of an event variant is, from its `epp:` line.
+fn cases(cx: &Ctx, v: &Variant, s: &Stream) -> Result<Vec<Case>, String> {
+    let mut out = Vec::new();
+    for case in &v.cases {
+        let located = |e: String| format!("case `{}`: {e}", case.name);
+        let line = epp_line(&case.docs, &case.name)
+            .map_err(&located)?
+            .ok_or_else(|| located("it has no `epp:` line".into()))?;
+        let payload = case.ty;
+        let (mut role, mut note) = (None, None);
+        for tag in tags(&line).map_err(&located)? {
+            let malformed = || located(format!("malformed tag `{tag}` (expected {CASE_TAGS})"));
+            let set = |role: &mut Option<String>, r: String| {
+                if role.replace(r).is_some() {
+                    return Err(located("it has two roles".into()));
+                }
+                Ok(())
+            };
+            match tag.split_once('=') {
+                None if tag == "id" => {
+                    if payload.map(|t| dealias(cx.resolve, t)) != Some(Type::String) {
+                        return Err(located("an `id` carries a string".into()));
+                    }
+                    if s.id.is_none() {
+                        return Err(located("the method names no id: give it id=KEY".into()));
+                    }
+                    set(&mut role, "Role::Id".into())?;
+                }
+                None if tag == "text" => {
+                    if payload.map(|t| dealias(cx.resolve, t)) != Some(Type::String) {
+                        return Err(located("a `text` case carries a string".into()));
+                    }
+                    set(&mut role, "Role::Text".into())?;
+                }
+                None if tag == "end" => {
+                    let record = payload.is_some_and(|t| {
+                        matches!(kind(cx.resolve, t), Some(TypeDefKind::Record(_)))
+                    });
+                    if payload.is_some() && !record {
+                        return Err(located(
+                            "its payload is not a record: name its key with end=KEY".into(),
+                        ));
+                    }
+                    set(&mut role, "Role::End(None)".into())?;
+                }
+                Some(("end", key)) if !key.is_empty() => {
+                    set(&mut role, format!("Role::End(Some({key:?}))"))?
+                }
+                Some(("item", key)) if !key.is_empty() => {
+                    set(&mut role, format!("Role::Item({key:?})"))?
+                }
+                Some(("keep", key)) if !key.is_empty() => {
+                    set(&mut role, format!("Role::Keep({key:?})"))?
+                }
+                Some(("note", name)) if !name.is_empty() => note = Some(name.to_string()),
+                _ => return Err(malformed()),
+            }
+        }
+        let role = role.unwrap_or_else(|| "Role::Forward".into());
+        if (role == "Role::Forward" || role.starts_with("Role::Item")) && note.is_none() {
+            return Err(located(
+                "it is forwarded: name its notification with note=NAME".into(),
+            ));
+        }
+        if let Some(handle) = payload.and_then(|t| handle(cx.resolve, t)) {
+            return Err(located(format!("its payload holds a {handle}")));
+        }
+        out.push(Case {
+            wit: case.name.clone(),
+            wire: names::field(&case.name),
+            role,
+            note,
+        });
+    }
+    let ends = out
+        .iter()
+        .filter(|c| c.role.starts_with("Role::End"))
+        .count();
+    if ends != 1 {
+        return Err(format!("it needs exactly one `end` case, not {ends}"));
+    }
+    Ok(out)
+}
+
+/// Tags that fit only some kinds of stream.
+fn check_stream(s: &Stream) -> Result<(), String> {
+    let any = |f: &dyn Fn(&Answer) -> bool| s.callees.iter().any(|c| f(&c.answer));
+    let events = any(&|a| matches!(a, Answer::Events { .. }));
+    let writer = any(&|a| matches!(a, Answer::Writer { .. }));
+    let reader = any(&|a| matches!(a, Answer::Reader { .. }));
+    let records = any(&|a| matches!(a, Answer::Events { cases: None, .. }));
+    if s.input.is_some() && !writer {
+        return Err("input=NAME needs a writer (a resource with `write` and `finish`)".into());
+    }
+    if s.detach && !events {
+        return Err("detach needs an event stream (a resource with `next`)".into());
+    }
+    if s.note.is_some() && !reader && !records {
+        return Err(
+            "note=NAME names the notification of a reader's chunks or of a stream of \
+                    records; an event variant names its own in its cases"
+                .into(),
+        );
+    }
+    if s.forward.is_some() && s.detach {
+        return Err("a detached stream is always forwarded: forward= does not apply".into());
+    }
+    Ok(())
+}
+
+/// The answer must be `result<T, epp-error>`; answers T.
+fn check_result(cx: &Ctx, func: &Function) -> Result<Option<Type>, String> {
     let result = func
         .result
-        .and_then(|ty| match kind(resolve, ty) {
+        .and_then(|ty| match kind(cx.resolve, ty) {
             Some(TypeDefKind::Result(r)) => Some(r),
             _ => None,
         })
         .ok_or("it must return result<T, epp-error>")?;
-    if result.err.map(|e| dealias(resolve, e)) != Some(Type::Id(epp_error)) {
+    if result.err.map(|e| dealias(cx.resolve, e)) != Some(Type::Id(cx.epp_error)) {
         return Err("its error type must be epp-error".into());
     }
-    if m.stream {
-        return Ok(());
-    }
-    for p in params(resolve, func) {
-        if let Some(handle) = handle(resolve, p.ty) {
+    Ok(result.ok)
+}
+
+/// A plain method's params and T must have a JSON form (no resources), and T
+/// be a record or nothing unless `result=KEY` names it.
+fn check_plain(cx: &Ctx, func: &Function, m: &Method, ok: Option<Type>) -> Result<(), String> {
+    for p in params(cx.resolve, func) {
+        if let Some(handle) = handle(cx.resolve, p.ty) {
             return Err(format!(
-                "param `{}` holds a {handle}, which has no JSON form; tag the method \
-                 `stream` and give it an adapter in host/src/rpc/methods",
+                "param `{}` holds a {handle}, which has no JSON form",
                 p.wire
             ));
         }
     }
-    let ok = result.ok;
-    if let Some(handle) = ok.and_then(|ty| handle(resolve, ty)) {
+    if let Some(handle) = ok.and_then(|ty| handle(cx.resolve, ty)) {
         return Err(format!(
-            "its result holds a {handle}, which has no JSON form; tag the method `stream` \
-             and give it an adapter in host/src/rpc/methods"
+            "its result holds a {handle}, which has no JSON form; tag the method `stream`"
         ));
     }
-    let object = ok.is_none_or(|ty| matches!(kind(resolve, ty), Some(TypeDefKind::Record(_))));
+    let object = ok.is_none_or(|ty| matches!(kind(cx.resolve, ty), Some(TypeDefKind::Record(_))));
     match (&m.result, object) {
         (None, false) => {
             Err("its result is neither a record nor nothing: name its key with result=KEY".into())
@@ -459,6 +937,18 @@ fn kind(resolve: &Resolve, ty: Type) -> Option<&TypeDefKind> {
         Type::Id(id) => Some(&resolve.types[id].kind),
         _ => None,
     }
+}
+
+fn type_name(resolve: &Resolve, ty: Type) -> String {
+    match dealias(resolve, ty) {
+        Type::Id(id) => resolve.types[id].name.clone().unwrap_or_default(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// `list<u8>`.
+fn is_bytes(resolve: &Resolve, ty: Type) -> bool {
+    matches!(kind(resolve, ty), Some(TypeDefKind::List(item)) if dealias(resolve, *item) == Type::U8)
 }
 
 /// An integer, or an option of one (the `*-ms`, `mode` and `range.` rules).

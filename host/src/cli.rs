@@ -248,6 +248,12 @@ pub struct HostArgs {
     /// dropped and `truncated: true` is set.
     #[arg(long, default_value_t = 128 << 20, value_name = "BYTES")]
     pub max_output_bytes: usize,
+    /// Most bytes one byte param (base64 on the wire, e.g. `data` of
+    /// `commands.send_input`) may carry; a longer one is refused before it is
+    /// decoded. Below `--max-line-bytes`: such a param is passed to the
+    /// provider whole, so it is held more than once on the way.
+    #[arg(long, default_value_t = 64 << 20, value_name = "BYTES")]
+    pub max_param_bytes: usize,
     /// Seconds in-flight requests get to finish after end of input.
     #[arg(long, default_value_t = 10, value_name = "SECS")]
     pub shutdown_grace: u64,
@@ -277,6 +283,7 @@ impl HostArgs {
             max_concurrent,
             max_line_bytes,
             max_output_bytes,
+            max_param_bytes,
             shutdown_grace,
         } = self;
         let mut args: Vec<OsString> = Vec::new();
@@ -308,6 +315,7 @@ impl HostArgs {
         flag("--max-concurrent", max_concurrent.to_string().into());
         flag("--max-line-bytes", max_line_bytes.to_string().into());
         flag("--max-output-bytes", max_output_bytes.to_string().into());
+        flag("--max-param-bytes", max_param_bytes.to_string().into());
         flag("--shutdown-grace", shutdown_grace.to_string().into());
         if *allow_unsigned {
             args.push("--allow-unsigned".into());

@@ -3,21 +3,16 @@
 //! provider declares, limits and serving options.
 
 use crate::cli::HostArgs;
-use crate::net::grant::{Env, FRAMEWORK_KEY_ENV, Grant};
+use crate::contract::bindings::ProviderInfo;
+use crate::contract::bindings::abx::epp::types::ProviderNeeds;
+use crate::net::grant::{Env, FRAMEWORK_KEY_ENV, Grant, host_env};
 use crate::net::policy::NetPolicy;
 use crate::net::websocket::MAX_CONNECTIONS;
 use crate::rpc::server::ServeOptions;
-use crate::runtime::bindings::ProviderInfo;
-use crate::runtime::bindings::abx::epp::types::ProviderNeeds;
 use crate::runtime::limits::Limits;
 use crate::runtime::{Granted, LoadOptions};
 use anyhow::{Result, bail};
 use std::time::Duration;
-
-/// The host's own environment, as the operator set it.
-pub fn host_env(name: &str) -> Option<String> {
-    std::env::var(name).ok()
-}
 
 /// The environment handed to the guest: every variable of every setting the
 /// provider declares, except those the host withholds (injected secrets, the
@@ -126,14 +121,15 @@ pub fn serve_options(args: &HostArgs) -> ServeOptions {
         call_timeout: Duration::from_secs(args.call_timeout.max(1)),
         shutdown_grace: Duration::from_secs(args.shutdown_grace),
         max_output_bytes: args.max_output_bytes,
+        max_param_bytes: args.max_param_bytes.min(args.max_line_bytes),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::contract::bindings::abx::epp::types::{Capabilities, HeaderScope, SecretHeader};
     use crate::net::grant::test_provider;
-    use crate::runtime::bindings::abx::epp::types::{Capabilities, HeaderScope, SecretHeader};
     use clap::Parser;
 
     fn info() -> ProviderInfo {

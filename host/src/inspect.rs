@@ -1,42 +1,16 @@
 //! `epp-host inspect`: what a component is, before anyone runs it.
 
 use crate::cli::{RegistryArgs, TrustArgs};
-use crate::config::host_env;
-use crate::manifest::{Manifest, Needs};
-use crate::net::grant::{Grant, scope_name};
+use crate::contract::capabilities;
+use crate::manifest::{MANIFEST_FILE, Manifest, Needs};
+use crate::net::grant::{Grant, host_env, scope_name};
 use crate::net::policy::NetPolicy;
-use crate::runtime::capabilities;
-use crate::runtime::limits::Limits;
-use crate::runtime::{Granted, LoadOptions, Runtime};
+use crate::runtime::Runtime;
 use crate::signing::{self, SignatureStatus, TrustedKeys};
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-
-/// The world a provider built for this host implements (older 1.x worlds
-/// are served too: `runtime::contract`).
-pub const WORLD: &str = "abx:epp/provider@1.1.0";
-/// The manifest `inspect` looks for next to the component.
-pub const MANIFEST_FILE: &str = "provider.json";
-
-/// Loads a component to look at it (`describe()`, `needs()`, its types) without
-/// letting it reach anything: no cache, no environment, a policy that allows nothing.
-pub async fn load_offline(wasm: Vec<u8>) -> Result<Runtime> {
-    let options = LoadOptions {
-        wasm,
-        cache_dir: None,
-        limits: Limits::new(256, 10_000),
-        instances: 4,
-        grant: Box::new(|_, _, _| {
-            Ok(Granted {
-                policy: NetPolicy::deny_all(),
-                guest_env: Vec::new(),
-            })
-        }),
-    };
-    Runtime::load(options).await
-}
 
 /// What the provider asks for (`needs()`), as JSON: provider.json's `needs`
 /// with the capability flags.
@@ -136,7 +110,7 @@ pub async fn run(
         | SignatureStatus::Tampered(ids) => ids.clone(),
         _ => Vec::new(),
     };
-    let loaded = load_offline(wasm.clone()).await;
+    let loaded = Runtime::load_offline(wasm.clone()).await;
     let (imports, exports, capabilities, provider, needs, grant, load_error) = match &loaded {
         Ok(rt) => {
             let ty = rt.component().component_type();
@@ -268,7 +242,7 @@ fn contract_view(rt: &Runtime) -> Value {
     let current = rt.contract.is_current();
     json!({
         "built_against": format!("abx:epp@{}", rt.contract.version),
-        "host_speaks": format!("abx:epp@{}", crate::runtime::contract::current()),
+        "host_speaks": format!("abx:epp@{}", crate::contract::current()),
         "current": current,
         "not_served": rt.not_served,
         "secrets_in_component_environment": if current { Vec::new() } else { secrets },

@@ -1,6 +1,19 @@
 //! `epp-host` as a library: a wasmtime host that serves any EPP/1 provider
 //! component on stdio. The binary (`main.rs`) parses the command line; tests
 //! and tools use these modules directly.
+//!
+//! Layers, each using only those before it (docs/architecture.md; checked by
+//! `host/tests/layers.rs`): `contract` (what `wit/` says) → `net` (grant,
+//! policy, outbound HTTP and WebSocket) → `runtime` (instances, the one call
+//! layer) → `codec` (JSON ⇄ WIT values) → `rpc` (the wire, requests, streams)
+//! → the application: `cli`, `config`, `call`, `inspect`, `manifest`,
+//! `signing`, `oci`, `log`.
+
+pub mod codec;
+pub mod contract;
+pub mod net;
+pub mod rpc;
+pub mod runtime;
 
 pub mod call;
 pub mod cli;
@@ -8,9 +21,5 @@ pub mod config;
 pub mod inspect;
 pub mod log;
 pub mod manifest;
-pub mod net;
 pub mod oci;
-pub mod options;
-pub mod rpc;
-pub mod runtime;
 pub mod signing;

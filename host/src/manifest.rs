@@ -7,10 +7,10 @@
 //! the component it describes. Capabilities and settings have the same shape
 //! as in the `epp.hello` answer (docs/epp-1.md).
 
-use crate::inspect::{self, WORLD};
+use crate::contract::bindings::ProviderInfo;
+use crate::contract::bindings::abx::epp::types::ProviderNeeds;
 use crate::net::grant::scope_name;
-use crate::runtime::bindings::ProviderInfo;
-use crate::runtime::bindings::abx::epp::types::ProviderNeeds;
+use crate::runtime::Runtime;
 use crate::signing::{self, SignatureStatus, TrustedKeys};
 use anyhow::{Context, Result, bail};
 use serde::de::Error as _;
@@ -24,7 +24,9 @@ pub const MANIFEST_VERSION: u32 = 1;
 /// What the artifact is: a WebAssembly component run by an EPP host.
 pub const KIND: &str = "wasm-component";
 /// The protocol the provider speaks through its host.
-pub const PROTOCOL: &str = "EPP/1";
+pub use epp_protocol::PROTOCOL;
+/// The manifest `inspect` looks for next to the component.
+pub const MANIFEST_FILE: &str = "provider.json";
 
 /// The manifest. Field order is the order in the written file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -178,9 +180,9 @@ impl Manifest {
             protocol: PROTOCOL.into(),
             // The world the component was built against (an older 1.x is served
             // too); this host's own when its type cannot be read.
-            wit_world: crate::runtime::contract::Contract::of(wasm)
+            wit_world: crate::contract::Contract::of(wasm)
                 .map(|c| c.world())
-                .unwrap_or_else(|_| WORLD.into()),
+                .unwrap_or_else(|_| crate::contract::world()),
             file: file.into(),
             size: wasm.len() as u64,
             sha256: hex::encode(Sha256::digest(wasm)),
@@ -258,7 +260,7 @@ pub async fn run(
             "no --public-key given: the manifest names no signer (signer_key_ids is empty)"
         );
     }
-    let runtime = inspect::load_offline(bytes.clone()).await?;
+    let runtime = Runtime::load_offline(bytes.clone()).await?;
     let file = wasm
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -307,7 +309,7 @@ fn verified_signers(path: &Path, wasm: &[u8], public_keys: &[PathBuf]) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::bindings::abx::epp::types::{
+    use crate::contract::bindings::abx::epp::types::{
         Capabilities as Flags, Capability, HeaderScope, SecretHeader as WitSecretHeader,
         Setting as WitSetting,
     };

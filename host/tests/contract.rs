@@ -42,7 +42,7 @@ fn inspect_says_which_contract_and_what_follows() {
     assert_eq!(contract["built_against"], "abx:epp@1.0.0");
     assert_eq!(
         contract["host_speaks"],
-        format!("abx:epp@{}", epp_host::runtime::contract::current())
+        format!("abx:epp@{}", epp_host::contract::current())
     );
     assert_eq!(contract["current"], false);
     for adapter in ["exec.run", "pty", "files.rw"] {

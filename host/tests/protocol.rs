@@ -512,7 +512,7 @@ fn the_concurrency_cap_refuses_with_e9001() {
 
 /// The wire name of a typed sandbox-info, as the hand-written builder the codec
 /// replaced wrote it: the baseline of `codec_cost_end_to_end`.
-fn typed_info_json(info: epp_host::runtime::bindings::infra::SandboxInfo) -> Value {
+fn typed_info_json(info: epp_host::contract::bindings::infra::SandboxInfo) -> Value {
     let metadata: serde_json::Map<String, Value> = info
         .metadata
         .into_iter()
@@ -529,20 +529,21 @@ fn typed_info_json(info: epp_host::runtime::bindings::infra::SandboxInfo) -> Val
     })
 }
 
-/// The codec's cost per call next to the typed bindgen path, in process, each
-/// call on a fresh instance as the server does: a small sandbox-info
-/// (`echo x`) and a big one (`garbage`: 5002 metadata pairs, 1 MiB strings).
-/// Prints medians; asserts only that both paths answer the same bytes.
-/// `cargo test -p epp-host --release --test protocol -- --ignored --nocapture codec_cost`
+/// The codec next to a typed call of the same export, in process, each call
+/// on a fresh instance as the server does: a small sandbox-info (`echo x`)
+/// and a big one (`garbage`: 5002 metadata pairs, 1 MiB strings). Both paths
+/// must answer the same bytes; the medians are printed
+/// (`cargo test -p epp-host --release --test protocol -- --nocapture codec_cost`).
 #[test]
-#[ignore = "a measurement, not a check; run it by name"]
 fn codec_cost_end_to_end() {
     use clap::Parser;
     use epp_host::cli::{Cli, Command};
-    use epp_host::rpc::codec::Codec;
-    use epp_host::rpc::json_out::to_vec;
-    use epp_host::rpc::methods::table;
+    use epp_host::codec::Codec;
+    use epp_host::contract::bindings::infra::SandboxInfo;
+    use epp_host::contract::table;
+    use epp_host::rpc::invoke::call_with;
     use epp_host::runtime::Runtime;
+    let to_vec = |v: &Value| serde_json::to_vec(v).expect("JSON");
 
     let wasm = probe_wasm();
     let cli = Cli::try_parse_from([
@@ -565,7 +566,7 @@ fn codec_cost_end_to_end() {
         .expect("tokio");
     rt.block_on(async {
         let runtime = Runtime::load(options).await.expect("the probe loads");
-        let codec = Codec::new(runtime.component());
+        let codec = Codec::new(&runtime.exports, 64 << 20);
         let method = table::find("sandbox.get_info").expect("sandbox.get_info");
         let median = |mut times: Vec<Duration>| {
             times.sort();
@@ -577,12 +578,9 @@ fn codec_cost_end_to_end() {
             for _ in 0..rounds {
                 let began = Instant::now();
                 let mut inst = runtime.instance().await.expect("instance");
-                let info = inst
-                    .provider
-                    .abx_epp_infra()
-                    .call_sandbox_get_info(&mut inst.store, id)
+                let info: SandboxInfo = inst
+                    .call_typed(method.function, (id,))
                     .await
-                    .expect("no trap")
                     .expect("an answer");
                 typed_out = to_vec(&typed_info_json(info));
                 typed.push(began.elapsed());
@@ -594,11 +592,11 @@ fn codec_cost_end_to_end() {
                     unreachable!()
                 };
                 let args = codec.args(method, method.function, params, &[]).expect("args");
-                let ok = codec
-                    .call(&mut inst, method.function, &args)
+                let ok = call_with(&mut inst, method.function, args)
                     .await
                     .expect("an answer");
-                generic_out = to_vec(&codec.answer(method, ok).expect("json"));
+                let answer = codec.answer(method.function, "result", ok).expect("json");
+                generic_out = to_vec(&answer);
                 generic.push(began.elapsed());
             }
             assert!(typed_out == generic_out, "{id}: the two paths differ");

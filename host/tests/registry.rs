@@ -227,7 +227,7 @@ fn the_wit_contract_is_published_by_name_and_version() {
         "",
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let version = epp_host::runtime::contract::current().to_string();
+    let version = epp_host::contract::current().to_string();
     // Another host finds it by package name and version alone.
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("epp.wasm");

@@ -9,8 +9,8 @@
 //! provider is refused) and lenient about the operator's values, as the WIT
 //! rule says: an origin candidate that does not resolve is skipped.
 
-use super::policy::Destination;
-use crate::runtime::bindings::abx::epp::types::{
+use super::destination::Destination;
+use crate::contract::bindings::abx::epp::types::{
     HeaderScope, ProviderInfo, ProviderNeeds, Setting,
 };
 use http::{HeaderName, HeaderValue};
@@ -20,6 +20,11 @@ use wasmtime_wasi_http::DEFAULT_FORBIDDEN_HEADERS;
 /// The agent framework's own API key (EPP/1). No provider gets it, whatever
 /// it declares.
 pub const FRAMEWORK_KEY_ENV: &str = "ABX_SANDBOX_API_KEY";
+
+/// The host's own environment, as the operator set it.
+pub fn host_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
 
 /// Looks an operator's environment variable up.
 pub type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
@@ -245,10 +250,10 @@ impl Grant {
             }
         }
         for (i, (key, name)) in needs.generic_settings.iter().enumerate() {
-            if !crate::options::GENERIC_KEYS.contains(&key.as_str()) {
+            if !epp_protocol::GENERIC_KEYS.contains(&key.as_str()) {
                 return Err(format!(
                     "needs() maps `{key}`, which is not an EPP/1 generic key (those are {})",
-                    crate::options::GENERIC_KEYS.join(", ")
+                    epp_protocol::GENERIC_KEYS.join(", ")
                 ));
             }
             if setting(info, name).is_none() {

@@ -50,7 +50,7 @@ pub async fn push(
         wasm_path
             .parent()
             .unwrap_or(Path::new("."))
-            .join(crate::inspect::MANIFEST_FILE)
+            .join(crate::manifest::MANIFEST_FILE)
     });
     let manifest = Manifest::read(&manifest_path)?;
     let signed = !matches!(
@@ -78,7 +78,7 @@ pub async fn push_wit(
 ) -> Result<()> {
     let (name, wasm) = match wit {
         Some(dir) => wit_package::encode_dir(&dir)?,
-        None => crate::runtime::contract::encoded_package()?,
+        None => crate::contract::encoded_package()?,
     };
     let version = name
         .version

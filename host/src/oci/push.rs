@@ -61,7 +61,7 @@ impl Artifact {
         }
         let world = wit_package::component_world(&wasm)?;
         // From the component itself: a manifest may predate its contract version.
-        let contract = crate::runtime::contract::Contract::of(&wasm)?.world();
+        let contract = crate::contract::Contract::of(&wasm)?.world();
         let capabilities: Vec<&str> = manifest
             .capabilities
             .0

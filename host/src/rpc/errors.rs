@@ -3,18 +3,13 @@
 //! sent again, and what the backend said. It becomes a JSON-RPC error object
 //! only when it is written out (`rpc::outbox`), as docs/epp-1.md §6 says.
 
-use crate::runtime::bindings::{EppError, ErrorCode};
+use crate::contract::bindings::{EppError, ErrorCode};
+use crate::runtime::CallError;
 use crate::runtime::limits::LimitHit;
 use std::borrow::Cow;
 
-pub use epp_client::EppCode;
-
-pub const PARSE_ERROR: i64 = -32700;
-pub const INVALID_REQUEST: i64 = -32600;
-pub const METHOD_NOT_FOUND: i64 = -32601;
-pub const INVALID_PARAMS: i64 = -32602;
-pub const CANCELLED: i64 = -32800;
-pub const EPP_ERROR: i64 = -32000;
+pub use epp_protocol::EppCode;
+pub use epp_protocol::jsonrpc::*;
 
 /// For an `E1001` the host finds in a request before any method runs: which
 /// JSON-RPC error it is. Every other `E1001` (bad params, the provider's
@@ -64,24 +59,6 @@ impl From<ErrorCode> for EppCode {
             ErrorCode::ProviderFault => EppCode::ProviderFault,
         }
     }
-}
-
-/// An EPP error code by its WIT case name (`not-found`).
-pub fn error_code(name: &str) -> Option<ErrorCode> {
-    Some(match name {
-        "invalid-argument" => ErrorCode::InvalidArgument,
-        "configuration" => ErrorCode::Configuration,
-        "credentials-rejected" => ErrorCode::CredentialsRejected,
-        "not-found" => ErrorCode::NotFound,
-        "conflict" => ErrorCode::Conflict,
-        "upstream" => ErrorCode::Upstream,
-        "unreachable" => ErrorCode::Unreachable,
-        "timed-out" => ErrorCode::TimedOut,
-        "denied-by-policy" => ErrorCode::DeniedByPolicy,
-        "unsupported" => ErrorCode::Unsupported,
-        "provider-fault" => ErrorCode::ProviderFault,
-        _ => return None,
-    })
 }
 
 /// Whether a provider error with `code` may go away on its own: the backend
@@ -174,6 +151,24 @@ impl RpcError {
         .hint("check epp.hello's capabilities before calling")
     }
 
+    /// The provider's component lacks the function that serves `what`: it
+    /// was built against an older contract.
+    pub fn unsupported_by_contract(
+        what: &str,
+        provider: &str,
+        version: &str,
+        function: &str,
+    ) -> RpcError {
+        RpcError::new(
+            EppCode::Unsupported,
+            format!(
+                "{what} is not supported by the {provider} provider: its component, built \
+                 against abx:epp@{version}, does not export `{function}`"
+            ),
+        )
+        .hint("use a provider built against a newer abx:epp, or check epp.hello's capabilities")
+    }
+
     /// An error the provider returned.
     pub fn from_epp(e: EppError) -> RpcError {
         let code = EppCode::from(e.code);
@@ -236,6 +231,17 @@ impl From<EppError> for RpcError {
     }
 }
 
+/// The one conversion of a failed call into the provider.
+impl From<CallError> for RpcError {
+    fn from(e: CallError) -> RpcError {
+        match e {
+            CallError::Provider(e) => RpcError::from_epp(e),
+            CallError::Trap(trap) => RpcError::from_trap(&trap),
+            CallError::Contract(message) => RpcError::fault(message),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,7 +262,7 @@ mod tests {
             ("provider-fault", "E9001", EPP_ERROR),
         ];
         for (name, epp, jsonrpc) in cases {
-            let code = error_code(name).expect(name);
+            let code = crate::runtime::call::error_code(name).expect(name);
             let e = RpcError::from_epp(EppError {
                 code,
                 message: "m".into(),
@@ -271,7 +277,6 @@ mod tests {
                 (Some(503), Some("X"))
             );
         }
-        assert_eq!(error_code("teapot"), None);
     }
 
     #[test]

@@ -99,9 +99,8 @@ impl Outbox {
     }
 
     async fn send(&self, message: Value) {
-        // The same text serde_json writes, with a faster string escaper
-        // (json_out); no fmt::Write detour, no copy per line.
-        let mut line = super::json_out::to_vec(&message);
+        // to_vec, not to_string: no fmt::Write detour, no copy per line.
+        let mut line = serde_json::to_vec(&message).expect("a JSON value always serialises");
         line.push(b'\n');
         let share = line.len().min(QUEUE_BYTES) as u32;
         let Ok(permit) = self.budget.clone().acquire_many_owned(share).await else {

@@ -2,12 +2,15 @@
 //! provider instance; answers and notifications go through one writer; cancel,
 //! concurrency cap, per-request deadline and a graceful end of input.
 
-use super::codec::Codec;
+use super::context::{CallCtx, Input, InputItem};
+use super::dispatch;
 use super::errors::{EppCode, RpcError};
-use super::methods::{self, CallCtx, InputItem};
 use super::outbox::Outbox;
 use super::wire::{Incoming, Line, id_from_head, input_target_from_head, parse, spawn_reader};
+use crate::codec::Codec;
+use crate::contract::table;
 use crate::runtime::Runtime;
+use epp_protocol::transport;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -23,11 +26,13 @@ pub struct ServeOptions {
     pub call_timeout: Duration,
     pub shutdown_grace: Duration,
     pub max_output_bytes: usize,
+    /// The most bytes one byte param (base64 on the wire) may carry.
+    pub max_param_bytes: usize,
 }
 
 struct Inflight {
     cancel: Option<oneshot::Sender<()>>,
-    /// Where the request's input notifications go (`methods::takes_input`).
+    /// Where the request's input notifications go (`Method::takes_input`).
     input: Option<InputSender>,
 }
 
@@ -92,7 +97,7 @@ fn id_key(id: &Value) -> String {
 impl Server {
     pub fn new(runtime: Arc<Runtime>, out: Outbox, opts: ServeOptions) -> Arc<Server> {
         Arc::new(Server {
-            codec: Arc::new(Codec::new(runtime.component())),
+            codec: Arc::new(Codec::new(&runtime.exports, opts.max_param_bytes)),
             runtime,
             out,
             slots: Arc::new(Semaphore::new(opts.max_concurrent)),
@@ -142,11 +147,11 @@ impl Server {
         match parse(&bytes) {
             Incoming::Request { id, method, params } => self.dispatch(id, method, params).await,
             Incoming::Notification { method, params } => match method.as_str() {
-                "epp.cancel" => {
+                transport::CANCEL => {
                     self.cancel(&params);
                 }
-                "epp.shutdown" => self.shutdown.notify_one(),
-                m if methods::is_input(m) => self.feed(m, params, bytes.len()).await,
+                transport::SHUTDOWN => self.shutdown.notify_one(),
+                m if table::is_input(m) => self.feed(m, params, bytes.len()).await,
                 _ => tracing::warn!(
                     method,
                     "ignoring a notification (it has no id, so it gets no answer)"
@@ -161,19 +166,19 @@ impl Server {
     }
 
     /// A line that could not be read but looks like input for a request in
-    /// flight (`files.write_chunk` and its `request_id` near its start) fails
-    /// that request with the reason, instead of leaving it to wait for bytes
-    /// that will never come.
+    /// flight (an input notification and its `request_id` near its start)
+    /// fails that request with the reason, instead of leaving it to wait for
+    /// bytes that will never come.
     async fn lost_input(&self, head: &[u8], error: &RpcError) {
-        let Some(target) = input_target_from_head(head) else {
+        let Some((method, target)) = input_target_from_head(head) else {
             return;
         };
         if let Some(Some(input)) = self.input_of(&id_key(&target)) {
             let reason = RpcError::invalid_params(
-                methods::WRITE_CHUNK,
+                &method,
                 format!(
-                    "a `{}` for this request could not be read ({}); the file was not changed",
-                    methods::WRITE_CHUNK,
+                    "a `{method}` for this request could not be read ({}); the file was not \
+                     changed",
                     error.message
                 ),
             );
@@ -235,17 +240,17 @@ impl Server {
 
     async fn dispatch(self: &Arc<Self>, id: Value, method: String, params: Map<String, Value>) {
         match method.as_str() {
-            "epp.cancel" => {
+            transport::CANCEL => {
                 let answer = match self.cancel(&params) {
                     Some(cancelled) => Ok(json!({"cancelled": cancelled})),
                     None => Err(RpcError::invalid_params(
-                        "epp.cancel",
+                        transport::CANCEL,
                         "`id` (the request to cancel) is required",
                     )),
                 };
                 return self.out.respond(id, answer).await;
             }
-            "epp.shutdown" => {
+            transport::SHUTDOWN => {
                 self.out.respond(id, Ok(json!({}))).await;
                 self.shutdown.notify_one();
                 return;
@@ -254,7 +259,7 @@ impl Server {
         }
         let key = id_key(&id);
         let (tx, rx) = oneshot::channel();
-        let takes_input = methods::takes_input(&method, &params);
+        let takes_input = table::find(&method).is_some_and(|m| m.takes_input(&params));
         let (input_tx, input_rx) = match takes_input {
             true => {
                 let (tx, rx) = mpsc::channel(INPUT_QUEUE);
@@ -287,7 +292,7 @@ impl Server {
             if let (true, Some(input)) = (takes_input, taken) {
                 input
                     .fail(RpcError::invalid_request(format!(
-                        "another streamed files.write reused this write's id {key}, so the \
+                        "another streamed {method} reused this write's id {key}, so the \
                          chunks that follow cannot be told apart; the file was not changed"
                     )))
                     .await;
@@ -332,7 +337,7 @@ impl Server {
         method: String,
         params: Map<String, Value>,
         cancel: oneshot::Receiver<()>,
-        input: Option<methods::Input>,
+        input: Option<Input>,
     ) {
         let ctx = CallCtx::new(
             self.runtime.clone(),
@@ -414,9 +419,9 @@ impl Server {
 }
 
 /// The one path of every request (`epp-host call` is a client of `run`): the
-/// method under its deadline (`methods::deadline`) until it is done or
-/// `cancelled` resolves; whatever a failed request started in a sandbox is
-/// stopped before its answer goes out.
+/// method under its deadline (`Method::deadline`) until it is done or
+/// `cancelled` resolves; whatever a failed request left behind (the tokens
+/// the provider reported for it) is undone before its answer goes out.
 async fn answer(
     ctx: &CallCtx,
     method: &str,
@@ -424,11 +429,14 @@ async fn answer(
     call_timeout: Duration,
     cancelled: impl Future<Output = ()>,
 ) -> Result<Value, RpcError> {
-    let deadline = methods::deadline(method, &params, call_timeout);
+    let deadline = match table::find(method) {
+        Some(m) => m.deadline(&params, call_timeout),
+        None => Some(call_timeout),
+    };
     *ctx.deadline.lock().expect("lock") = deadline.map(|limit| std::time::Instant::now() + limit);
     let work = async {
         match deadline {
-            Some(limit) => tokio::time::timeout(limit, methods::call(ctx, method, params))
+            Some(limit) => tokio::time::timeout(limit, dispatch::call(ctx, method, params))
                 .await
                 .unwrap_or_else(|_| {
                     Err(RpcError::fault(format!(
@@ -436,7 +444,7 @@ async fn answer(
                         limit.as_secs()
                     )))
                 }),
-            None => methods::call(ctx, method, params).await,
+            None => dispatch::call(ctx, method, params).await,
         }
     };
     let result = tokio::select! {
@@ -444,14 +452,17 @@ async fn answer(
         () = cancelled => Err(RpcError::cancelled()),
     };
     match result {
-        Ok(value) => Ok(value),
-        // Whatever this request started or made must not outlive it; the
-        // answer says what was undone (or what is left to undo).
+        // What it set going is the client's now.
+        Ok(value) => {
+            ctx.tokens.take();
+            Ok(value)
+        }
+        // Whatever this request set going must not outlive it; the answer
+        // says what was undone (or what is left to undo).
         Err(mut error) => {
-            if let Some(undone) = ctx.undo(method).await {
+            if let Some(undone) = ctx.undo().await {
                 error.message = format!("{}; {undone}", error.message);
             }
-            ctx.abandon().await;
             Err(error)
         }
     }

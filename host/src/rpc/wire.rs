@@ -248,23 +248,30 @@ pub fn id_from_head(head: &[u8]) -> Value {
     }
 }
 
-/// The `request_id` of what looks like an input notification
-/// (`files.write_chunk`) from the first bytes of a line that could not be read
-/// whole: a guess, used only to fail the request it names, which would
-/// otherwise wait for bytes that never come.
-pub fn input_target_from_head(head: &[u8]) -> Option<Value> {
+/// The `request_id` of what looks like an input notification (a method
+/// that some method takes as `input=`) from the first bytes of a line that
+/// could not be read whole: a guess, used only to fail the request it names,
+/// which would otherwise wait for bytes that never come.
+/// Answers the notification's method and the id.
+pub fn input_target_from_head(head: &[u8]) -> Option<(String, Value)> {
     let text = String::from_utf8_lossy(head);
-    if !text.contains("\"files.write_chunk\"") {
+    let Value::String(method) = value_after(&text, "\"method\"")? else {
+        return None;
+    };
+    if !crate::contract::table::is_input(&method) {
         return None;
     }
-    let pos = text.find("\"request_id\"")?;
-    let rest = text[pos + "\"request_id\"".len()..].trim_start();
+    let id = value_after(&text, "\"request_id\"").filter(valid_id)?;
+    Some((method, id))
+}
+
+/// The JSON value after the first `key:` in `text`, if it is whole there.
+fn value_after(text: &str, key: &str) -> Option<Value> {
+    let pos = text.find(key)?;
+    let rest = text[pos + key.len()..].trim_start();
     let rest = rest.strip_prefix(':')?.trim_start();
     let mut stream = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
-    match stream.next() {
-        Some(Ok(v)) if valid_id(&v) => Some(v),
-        _ => None,
-    }
+    stream.next()?.ok()
 }
 
 #[cfg(test)]
@@ -378,9 +385,10 @@ mod tests {
     #[test]
     fn input_targets_are_found_near_the_start() {
         let chunk = br#"{"jsonrpc":"2.0","method":"files.write_chunk","params":{"request_id":7,"content":"abc"#;
-        assert_eq!(input_target_from_head(chunk), Some(json!(7)));
+        let chunk_of = |id: Value| Some(("files.write_chunk".to_string(), id));
+        assert_eq!(input_target_from_head(chunk), chunk_of(json!(7)));
         let named = br#"{"method": "files.write_chunk", "params": {"request_id": "w-1", "content": "\ud800"}}"#;
-        assert_eq!(input_target_from_head(named), Some(json!("w-1")));
+        assert_eq!(input_target_from_head(named), chunk_of(json!("w-1")));
         // Not a chunk, or no usable id: nothing to fail.
         assert_eq!(
             input_target_from_head(br#"{"method":"files.write","params":{"request_id":7}}"#),

@@ -1,9 +1,9 @@
 //! The host side of the world's own imports: `abx:epp/websocket`,
 //! `abx:epp/memo` and `abx:epp/request`.
 
-use super::bindings::abx::epp::{memo, request, types, websocket};
-use super::bindings::{EppError, ErrorCode};
 use super::state::StoreState;
+use crate::contract::bindings::abx::epp::{memo, request, types, websocket};
+use crate::contract::bindings::{EppError, ErrorCode};
 use crate::net::websocket::{Message, WsError};
 use std::time::Duration;
 
@@ -85,11 +85,6 @@ impl memo::Host for StoreState {
     }
 }
 
-/// The most ids one call may report, and the longest id kept: enough for any
-/// real method, small enough that a misbehaving provider cannot grow the host.
-const MAX_MADE: usize = 64;
-const MAX_ID_BYTES: usize = 1024;
-
 impl request::Host for StoreState {
     async fn time_left_ms(&mut self) -> Option<u64> {
         self.call.deadline.map(|at| {
@@ -102,17 +97,11 @@ impl request::Host for StoreState {
         self.shared.options.clone()
     }
 
-    async fn made(&mut self, id: String) {
-        if id.len() > MAX_ID_BYTES {
-            tracing::warn!(
-                bytes = id.len(),
-                "the provider reported an overlong id; ignored"
-            );
-            return;
-        }
-        let mut made = self.call.made.lock().expect("lock");
-        if made.len() < MAX_MADE && !made.contains(&id) {
-            made.push(id);
-        }
+    async fn made(&mut self, token: String) {
+        self.call.tokens.made(token)
+    }
+
+    async fn settled(&mut self, token: String) {
+        self.call.tokens.settled(&token)
     }
 }

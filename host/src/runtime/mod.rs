@@ -10,25 +10,26 @@
 //! request, an EPP client's `provider_options` may replace the grant
 //! ([`Runtime::reconfigure`]); from then on it is fixed.
 //!
-//! Components built against an older `abx:epp` 1.x are served too
-//! (`contract`): they have no `needs()`, so the host makes their needs from
-//! `describe()` (see [`older_needs`]).
+//! Every export is called by name through `call`, the one call layer, for
+//! every version of the contract. Components built against an older
+//! `abx:epp` 1.x are served the same way: they have no `needs()`, so the host
+//! makes their needs from `describe()` and what they export ([`older_needs`]).
 
-pub mod bindings;
 pub mod cache;
-pub mod capabilities;
-pub mod contract;
+pub mod call;
 pub mod engine;
 mod imports;
 pub mod limits;
 pub mod state;
 
+use crate::contract::bindings::abx::epp::types::ProviderNeeds;
+use crate::contract::bindings::{self, ProviderInfo};
+use crate::contract::table::{Answer, METHODS, Method};
+use crate::contract::{Contract, capabilities};
 use crate::net::policy::NetPolicy;
 use anyhow::{Context, Result, bail};
-use bindings::abx::epp::types::ProviderNeeds;
-use bindings::{Provider, ProviderInfo, ProviderPre};
 use cache::CacheOutcome;
-use contract::Contract;
+pub use call::{CallError, Exports, Instance};
 use limits::Limits;
 use state::{Shared, StoreState};
 use std::path::PathBuf;
@@ -77,28 +78,15 @@ pub struct LoadOptions {
     pub grant: GrantFn,
 }
 
-/// How instances get their typed bindings.
-enum Typed {
-    /// The component has the current world's shape.
-    Native(ProviderPre<StoreState>),
-    /// An older component, served by name; the inert stand-in gives each
-    /// instance the typed bindings' shape (`contract::stand_in`).
-    StandIn {
-        component: InstancePre<StoreState>,
-        stand_in: ProviderPre<StoreState>,
-    },
-}
-
 /// A loaded provider.
 pub struct Runtime {
     engine: Engine,
     component: Component,
-    pre: Typed,
+    pre: InstancePre<StoreState>,
     /// The `abx:epp` version the component was built against.
     pub contract: Contract,
-    /// Capabilities the component says it supports that this host cannot
-    /// serve for its (older) contract version; answered E8004.
-    pub not_served: Vec<String>,
+    /// Its `infra` functions.
+    pub exports: Arc<Exports>,
     /// What every instance shares; replaced only by `reconfigure`, before `sealed`.
     shared: RwLock<Arc<Shared>>,
     /// Set when the first instance that serves a request is made.
@@ -106,21 +94,15 @@ pub struct Runtime {
     grant: GrantFn,
     limits: Limits,
     /// The provider's own description (`describe`; for an older component,
-    /// with `not_served` capabilities marked unsupported).
+    /// with the capabilities it cannot serve marked unsupported).
     pub info: ProviderInfo,
     /// What the provider needs from its host (`needs`, or made by the host
     /// for an older component: [`older_needs`]).
     pub needs: ProviderNeeds,
+    /// Capabilities an older component declares but exports no function of
+    /// (answered E8004).
+    pub not_served: Vec<String>,
     pub cache: CacheOutcome,
-}
-
-/// One instance, for one request.
-pub struct Instance {
-    pub store: Store<StoreState>,
-    /// Typed bindings of the exports (streams, `describe`).
-    pub provider: Provider,
-    /// The same instance, untyped: the generic codec calls exports by name.
-    pub raw: wasmtime::component::Instance,
 }
 
 /// Links exactly what a provider may import: wasi:io, clocks, random (incl. insecure seeds), basic
@@ -169,16 +151,10 @@ impl Runtime {
     /// of that.
     pub async fn load(opts: LoadOptions) -> Result<Runtime> {
         let contract = Contract::of(&opts.wasm)?;
-        // An older component's instances come with a stand-in: two slots each.
-        let slots = match contract.is_current() {
-            true => opts.instances,
-            false => opts.instances.saturating_mul(2),
-        };
-        let engine = engine::build(&opts.limits, slots)?;
+        let engine = engine::build(&opts.limits, opts.instances)?;
         let (component, cache) = cache::load(&engine, &opts.wasm, opts.cache_dir.as_deref())
             .context("compiling the provider component")?;
-        let linker = linker(&engine)?;
-        let pre = linker
+        let pre = linker(&engine)?
             .instantiate_pre(&component)
             .map_err(anyhow::Error::from)
             .with_context(|| {
@@ -187,55 +163,32 @@ impl Runtime {
                     contract.world()
                 )
             })?;
-        let typed = if contract.is_current() {
-            Typed::Native(
-                ProviderPre::new(pre)
-                    .map_err(anyhow::Error::from)
-                    .with_context(|| {
-                        format!("the component does not implement {}", contract.world())
-                    })?,
-            )
-        } else {
-            let (stand_in, _) =
-                cache::load(&engine, contract::stand_in()?, opts.cache_dir.as_deref())
-                    .context("compiling the stand-in for an older component")?;
-            let stand_in = ProviderPre::new(linker.instantiate_pre(&stand_in)?)?;
-            Typed::StandIn {
-                component: pre,
-                stand_in,
-            }
-        };
+        let exports = Arc::new(Exports::of(&component, &contract.infra_export()));
         // describe() and needs() must do no I/O: the instance that answers
         // them may reach nothing and sees no environment.
         let nothing = Arc::new(Shared::new(NetPolicy::deny_all(), Vec::new(), opts.limits));
-        let mut inst = instantiate(&engine, &typed, nothing).await?;
-        let (info, needs, not_served) = match &typed {
-            Typed::Native(_) => {
-                let infra = inst.provider.abx_epp_infra();
-                let info = infra
-                    .call_describe(&mut inst.store)
-                    .await
-                    .map_err(anyhow::Error::from)
-                    .context("the provider's describe() failed")?;
-                let needs = infra
-                    .call_needs(&mut inst.store)
-                    .await
-                    .map_err(anyhow::Error::from)
-                    .context("the provider's needs() failed")?;
-                (info, needs, Vec::new())
-            }
-            Typed::StandIn { .. } => {
-                let info = describe_by_name(&component, &contract, &mut inst).await?;
-                let exports = |function: &str| exports_function(&component, &contract, function);
-                older_needs(info, &exports)
-            }
+        let mut inst = instantiate(&engine, &pre, &exports, nothing).await?;
+        let info: ProviderInfo = inst
+            .call_bare("describe", ())
+            .await
+            .map_err(host_call_error)
+            .context("the provider's describe() failed")?;
+        let (info, needs, not_served) = if exports.has("needs") {
+            let needs: ProviderNeeds = inst
+                .call_bare("needs", ())
+                .await
+                .map_err(host_call_error)
+                .context("the provider's needs() failed")?;
+            (info, needs, Vec::new())
+        } else {
+            older_needs(info, &|function| exports.has(function))
         };
         drop(inst);
         if !not_served.is_empty() {
             tracing::warn!(
                 contract = %contract.world(),
-                "the component was built against abx:epp@{}: not served by this host for that \
-                 version (E8004): {}",
+                "the component was built against abx:epp@{} and exports no function of: {} \
+                 (answered E8004)",
                 contract.version,
                 not_served.join(", ")
             );
@@ -247,17 +200,37 @@ impl Runtime {
         Ok(Runtime {
             engine,
             component,
-            pre: typed,
+            pre,
             contract,
-            not_served,
+            exports,
             shared: RwLock::new(shared),
             sealed: AtomicBool::new(false),
             grant: opts.grant,
             limits: opts.limits,
             info,
             needs,
+            not_served,
             cache,
         })
+    }
+
+    /// Loads a component to look at it (`describe()`, `needs()`, its types)
+    /// without letting it reach anything: no cache, no environment, a policy
+    /// that allows nothing (`inspect`, `manifest`).
+    pub async fn load_offline(wasm: Vec<u8>) -> Result<Runtime> {
+        Runtime::load(LoadOptions {
+            wasm,
+            cache_dir: None,
+            limits: Limits::new(256, 10_000),
+            instances: 4,
+            grant: Box::new(|_, _, _| {
+                Ok(Granted {
+                    policy: NetPolicy::deny_all(),
+                    guest_env: Vec::new(),
+                })
+            }),
+        })
+        .await
     }
 
     /// A fresh instance with the memory cap and CPU budget in place. From the
@@ -271,7 +244,7 @@ impl Runtime {
             self.sealed.store(true, Ordering::SeqCst);
             current.clone()
         };
-        instantiate(&self.engine, &self.pre, shared).await
+        instantiate(&self.engine, &self.pre, &self.exports, shared).await
     }
 
     /// Replaces the grant with one made from the operator's environment under
@@ -294,27 +267,20 @@ impl Runtime {
         let mut shared = Shared::new(granted.policy, granted.guest_env, self.limits);
         shared.options = options;
         let shared = Arc::new(shared);
-        let mut inst = instantiate(&self.engine, &self.pre, shared.clone())
+        let mut inst = instantiate(&self.engine, &self.pre, &self.exports, shared.clone())
             .await
             .map_err(Reconfigure::Refused)?;
         // An older component has no check-settings(): it meets its settings
         // when it uses them.
-        let checked = match self.pre {
-            Typed::Native(_) => {
-                inst.provider
-                    .abx_epp_infra()
-                    .call_check_settings(&mut inst.store)
-                    .await
-            }
-            Typed::StandIn { .. } => Ok(Ok(())),
-        };
-        match checked {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(Reconfigure::Invalid(e)),
-            Err(trap) => {
-                return Err(Reconfigure::Refused(
-                    anyhow::Error::from(trap).context("the provider's check-settings() failed"),
-                ));
+        if self.exports.has("check-settings") {
+            match inst.call_typed::<(), ()>("check-settings", ()).await {
+                Ok(()) => {}
+                Err(CallError::Provider(e)) => return Err(Reconfigure::Invalid(e)),
+                Err(e) => {
+                    return Err(Reconfigure::Refused(
+                        host_call_error(e).context("the provider's check-settings() failed"),
+                    ));
+                }
             }
         }
         drop(inst);
@@ -332,6 +298,11 @@ impl Runtime {
         capabilities::flag(capability).is_some_and(|f| self.needs.capabilities.contains(f))
     }
 
+    /// Whether the component exports `function`.
+    pub fn exports(&self, function: &str) -> bool {
+        self.exports.has(function)
+    }
+
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
@@ -347,8 +318,22 @@ impl Runtime {
     }
 }
 
+/// A failure of a call the host makes for itself (load, check-settings).
+fn host_call_error(e: CallError) -> anyhow::Error {
+    match e {
+        CallError::Trap(trap) => anyhow::Error::from(trap),
+        CallError::Provider(e) => anyhow::anyhow!("{:?}: {}", e.code, e.message),
+        CallError::Contract(message) => anyhow::anyhow!(message),
+    }
+}
+
 /// A fresh store and instance, with the memory cap and CPU budget in place.
-async fn instantiate(engine: &Engine, typed: &Typed, shared: Arc<Shared>) -> Result<Instance> {
+async fn instantiate(
+    engine: &Engine,
+    pre: &InstancePre<StoreState>,
+    exports: &Arc<Exports>,
+    shared: Arc<Shared>,
+) -> Result<Instance> {
     let limits = shared.limits;
     let mut store = Store::new(engine, StoreState::new(shared));
     store.limiter(|s| &mut s.limiter);
@@ -361,73 +346,44 @@ async fn instantiate(engine: &Engine, typed: &Typed, shared: Arc<Shared>) -> Res
         }
         Ok(UpdateDeadline::Yield(1))
     });
-    let (raw, provider) = match typed {
-        Typed::Native(pre) => {
-            let raw = pre.instance_pre().instantiate_async(&mut store).await?;
-            let provider = Provider::new(&mut store, &raw)?;
-            (raw, provider)
-        }
-        Typed::StandIn {
-            component,
-            stand_in,
-        } => {
-            let raw = component.instantiate_async(&mut store).await?;
-            let stand_in = stand_in
-                .instance_pre()
-                .instantiate_async(&mut store)
-                .await?;
-            let provider = Provider::new(&mut store, &stand_in)?;
-            (raw, provider)
-        }
-    };
+    let instance = pre.instantiate_async(&mut store).await?;
     Ok(Instance {
         store,
-        provider,
-        raw,
+        instance,
+        exports: exports.clone(),
     })
 }
 
-/// Calls an older component's `describe()` by name (its record has the same
-/// shape in every 1.x, which the typed call checks).
-async fn describe_by_name(
-    component: &Component,
-    contract: &Contract,
-    inst: &mut Instance,
-) -> Result<ProviderInfo> {
-    let describe = component
-        .get_export_index(None, contract.infra_export())
-        .and_then(|infra| component.get_export_index(Some(&infra), "describe"))
-        .with_context(|| {
-            format!(
-                "the component's {} has no describe()",
-                contract.infra_export()
-            )
-        })?;
-    let func = inst
-        .raw
-        .get_typed_func::<(), (ProviderInfo,)>(&mut inst.store, &describe)
-        .map_err(anyhow::Error::from)
-        .context("the component's describe() has another type than abx:epp 1.x's")?;
-    let (info,) = func
-        .call_async(&mut inst.store, ())
-        .await
-        .map_err(anyhow::Error::from)
-        .context("the provider's describe() failed")?;
-    Ok(info)
+/// Whether a component that exports what `exports` says serves `method`:
+/// one of the functions that serve it is there.
+pub fn serves(method: &Method, exports: &dyn Fn(&str) -> bool) -> bool {
+    match method.stream {
+        None => exports(method.function),
+        Some(s) => s.callees.iter().any(|c| exports(c.function)),
+    }
 }
 
-/// Whether an older component's infra export has `function`.
-fn exports_function(component: &Component, contract: &Contract, function: &str) -> bool {
-    component
-        .get_export_index(None, contract.infra_export())
-        .and_then(|infra| component.get_export_index(Some(&infra), function))
-        .is_some()
+/// Whether such a component serves `capability`: a method of it, or (for a
+/// capability with no methods of its own, such as `exec.stream`) a method
+/// that forwards with it through a function that answers a stream.
+fn serves_capability(capability: &str, exports: &dyn Fn(&str) -> bool) -> bool {
+    let own = METHODS
+        .iter()
+        .filter(|m| m.capability == capability)
+        .any(|m| serves(m, exports));
+    let forwarding = METHODS.iter().filter_map(|m| m.stream).any(|s| {
+        s.forward == Some(capability)
+            && s.callees
+                .iter()
+                .any(|c| !matches!(c.answer, Answer::Plain) && exports(c.function))
+    });
+    own || forwarding
 }
 
 /// What the host grants a component that predates `needs()` (abx:epp 1.0),
-/// from its `describe()`: the capabilities this host can serve for it (only
-/// plain methods it exports; the rest are marked unsupported and returned
-/// as not served), no origin and no secret headers. So it reaches only what
+/// from its `describe()`: the capabilities it declares and exports a function
+/// of (the rest are marked unsupported and returned as not served), no
+/// origin and no secret headers. So it reaches only what
 /// the operator allows (`--allow-host`, nothing else), and its settings,
 /// secrets included, are in its environment as it reads them: a 1.0
 /// component was written to send its API key itself. `inspect` says so.
@@ -439,7 +395,7 @@ fn older_needs(
     let mut not_served = Vec::new();
     for c in info.capabilities.iter_mut().filter(|c| c.supported) {
         match capabilities::flag(&c.name) {
-            Some(flag) if contract::served_without_adapters(&c.name, exports) => flags |= flag,
+            Some(flag) if serves_capability(&c.name, exports) => flags |= flag,
             _ => {
                 c.supported = false;
                 not_served.push(c.name.clone());
@@ -492,7 +448,7 @@ fn check_capabilities(info: &ProviderInfo, needs: &ProviderNeeds) -> Result<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bindings::abx::epp::types::{Capabilities, Capability};
+    use crate::contract::bindings::abx::epp::types::{Capabilities, Capability};
 
     fn declared(described: &[(&str, bool)], needed: Capabilities) -> Result<()> {
         let info = ProviderInfo {

@@ -38,14 +38,54 @@ impl Shared {
     }
 }
 
-/// What the host knows of the call an instance serves (`abx:epp/request`).
+/// What the host knows of the request an instance serves (`abx:epp/request`).
 #[derive(Clone, Default)]
 pub struct CallState {
-    /// When the host stops the call, if it will.
+    /// When the host stops the request, if it will.
     pub deadline: Option<std::time::Instant>,
-    /// The ids the call reported it made (`request.made`), shared with the
-    /// request's context, which undoes them if the call never returns.
-    pub made: Arc<std::sync::Mutex<Vec<String>>>,
+    /// The tokens the provider reported (`request.made`) and has not settled,
+    /// shared with the request, which undoes them if it fails.
+    pub tokens: Tokens,
+}
+
+/// The most tokens one request may hold, and the longest token kept: enough
+/// for any real method, small enough that a misbehaving provider cannot grow
+/// the host.
+const MAX_TOKENS: usize = 64;
+const MAX_TOKEN_BYTES: usize = 1024;
+
+/// What a request set going that must not outlive it if it fails
+/// (`request.made`), in the order reported.
+#[derive(Clone, Default)]
+pub struct Tokens(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Tokens {
+    /// Keeps `token` (once), within the bounds above.
+    pub fn made(&self, token: String) {
+        if token.len() > MAX_TOKEN_BYTES {
+            tracing::warn!(
+                bytes = token.len(),
+                "the provider reported an overlong token; ignored"
+            );
+            return;
+        }
+        let mut tokens = self.0.lock().expect("lock");
+        if tokens.len() >= MAX_TOKENS {
+            tracing::warn!("the provider reported more than {MAX_TOKENS} tokens; ignored");
+        } else if !tokens.contains(&token) {
+            tokens.push(token);
+        }
+    }
+
+    /// Forgets `token`: it needs no undoing.
+    pub fn settled(&self, token: &str) {
+        self.0.lock().expect("lock").retain(|t| t != token);
+    }
+
+    /// Every token still held, leaving none.
+    pub fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().expect("lock"))
+    }
 }
 
 /// The `T` of `Store<T>`: one per request.

@@ -1,6 +1,6 @@
 use super::test_provider;
 use super::*;
-use crate::runtime::bindings::abx::epp::types::{Capabilities, SecretHeader as WitSecretHeader};
+use crate::contract::bindings::abx::epp::types::{Capabilities, SecretHeader as WitSecretHeader};
 use std::collections::HashMap;
 
 /// An example provider with a URL setting, a host + scheme pair and a secret key.

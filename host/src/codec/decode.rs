@@ -2,10 +2,34 @@
 //! naming the field by its path (`resources.cpu`, `entrypoint[1]`).
 
 use super::shape::{Field, Int, Shape, Unit};
-use crate::rpc::methods::table::Method;
+use crate::contract::table::Method;
 use base64::Engine as _;
 use serde_json::{Map, Value};
 use wasmtime::component::Val;
+
+/// How many bytes a `list<u8>` may carry: at the top of the params (called
+/// typed, so as bytes) and nested inside another value (one `Val` per byte).
+pub struct Limits {
+    pub top: usize,
+    pub nested: usize,
+}
+
+/// One decoded param.
+pub enum Arg {
+    Val(Val),
+    /// A top-level `list<u8>`, kept as bytes.
+    Bytes(Vec<u8>),
+}
+
+impl Arg {
+    /// As a `Val` (a byte param as one `Val` per byte: only small ones get here).
+    pub fn into_val(self) -> Val {
+        match self {
+            Arg::Val(v) => v,
+            Arg::Bytes(bytes) => Val::List(bytes.into_iter().map(Val::U8).collect()),
+        }
+    }
+}
 
 /// The params of `method` (its fields are `fields`) as one value per field.
 /// A field given under an alias is named by that alias in errors; `taken`
@@ -15,7 +39,8 @@ pub fn params(
     fields: &[Field],
     params: Map<String, Value>,
     taken: &[&str],
-) -> Result<Vec<Val>, String> {
+    limits: &Limits,
+) -> Result<Vec<Arg>, String> {
     let mut also: Vec<&str> = method.aliases.iter().map(|(alias, _)| *alias).collect();
     also.extend(taken);
     unknown(fields, &params, "", &also)?;
@@ -33,13 +58,16 @@ pub fn params(
                 (Some((a, _)), Some((b, _))) => {
                     return Err(format!("`{a}` and `{b}` name the same field; give one"));
                 }
-                (Some((key, value)), None) => value_of(field, value, key)?,
+                (Some((key, value)), None) if field.shape == Shape::Bytes => {
+                    return Ok(Arg::Bytes(bytes(value, key, limits.top)?));
+                }
+                (Some((key, value)), None) => value_of(field, value, key, limits.nested)?,
                 (None, _) => match method.default(&field.wire) {
                     Some(json) => {
                         let value: Value = serde_json::from_str(json).map_err(|e| {
                             format!("the default of `{}` is not JSON ({e})", field.wire)
                         })?;
-                        value_of(field, &value, &field.wire)?
+                        value_of(field, &value, &field.wire, limits.nested)?
                     }
                     None => absent(&field.shape, &field.wire)?,
                 },
@@ -47,7 +75,7 @@ pub fn params(
             if let Some(n) = integer(&val) {
                 method.check_range(&field.wire, n)?;
             }
-            Ok(val)
+            Ok(Arg::Val(val))
         })
         .collect()
 }
@@ -109,24 +137,30 @@ fn integer(val: &Val) -> Option<i128> {
 }
 
 /// A field's value, with its unit (seconds, octal mode) applied.
-fn value_of(field: &Field, value: &Value, at: &str) -> Result<Val, String> {
+fn value_of(field: &Field, value: &Value, at: &str, cap: usize) -> Result<Val, String> {
     match (field.unit, &field.shape) {
-        (Unit::Plain, shape) => decode(shape, value, at),
+        (Unit::Plain, shape) => decode_capped(shape, value, at, cap),
         (unit, Shape::Option(inner)) => Ok(Val::Option(Some(Box::new(unit_value(
-            unit, inner, value, at,
+            unit, inner, value, at, cap,
         )?)))),
-        (unit, shape) => unit_value(unit, shape, value, at),
+        (unit, shape) => unit_value(unit, shape, value, at, cap),
     }
 }
 
-fn unit_value(unit: Unit, shape: &Shape, value: &Value, at: &str) -> Result<Val, String> {
+fn unit_value(
+    unit: Unit,
+    shape: &Shape,
+    value: &Value,
+    at: &str,
+    cap: usize,
+) -> Result<Val, String> {
     let Shape::Int(int) = shape else {
-        return decode(shape, value, at);
+        return decode_capped(shape, value, at, cap);
     };
     let n = match unit {
         Unit::Seconds => milliseconds(value, at)?,
         Unit::Mode => mode(value, at)?.into(),
-        Unit::Plain => return decode(shape, value, at),
+        Unit::Plain => return decode_capped(shape, value, at, cap),
     };
     int_val(*int, n, at)
 }
@@ -195,8 +229,33 @@ fn expected(at: &str, what: &str, value: &Value) -> String {
     format!("`{at}` must be {what}, got {}", got(value))
 }
 
-/// One JSON value as a WIT value of `shape`.
+/// A base64 string as bytes, refused before decoding when it would carry
+/// more than `cap` bytes.
+pub fn bytes(value: &Value, at: &str, cap: usize) -> Result<Vec<u8>, String> {
+    let text = value
+        .as_str()
+        .ok_or_else(|| expected(at, "a base64 string", value))?;
+    let carries = text.len() / 4 * 3;
+    if carries > cap.saturating_add(2) {
+        return Err(format!(
+            "`{at}` carries about {carries} bytes, more than this host passes in one param \
+             ({cap} bytes, --max-param-bytes); send it in parts"
+        ));
+    }
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| format!("`{at}` is not valid base64 ({e})"))
+}
+
+/// One JSON value as a WIT value of `shape`, byte strings inside it up to the
+/// nested bound.
 pub fn decode(shape: &Shape, value: &Value, at: &str) -> Result<Val, String> {
+    decode_capped(shape, value, at, super::NESTED_BYTES)
+}
+
+fn decode_capped(shape: &Shape, value: &Value, at: &str, cap: usize) -> Result<Val, String> {
+    let decode = |shape: &Shape, value: &Value, at: &str| decode_capped(shape, value, at, cap);
+    let value_of = |field: &Field, value: &Value, at: &str| value_of(field, value, at, cap);
     Ok(match shape {
         Shape::Bool => Val::Bool(
             value
@@ -237,15 +296,7 @@ pub fn decode(shape: &Shape, value: &Value, at: &str) -> Result<Val, String> {
                 .ok_or_else(|| expected(at, "a string", value))?
                 .to_string(),
         ),
-        Shape::Bytes => {
-            let text = value
-                .as_str()
-                .ok_or_else(|| expected(at, "a base64 string", value))?;
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(text)
-                .map_err(|e| format!("`{at}` is not valid base64 ({e})"))?;
-            Val::List(bytes.into_iter().map(Val::U8).collect())
-        }
+        Shape::Bytes => Val::List(bytes(value, at, cap)?.into_iter().map(Val::U8).collect()),
         Shape::KeyValues => {
             let object = value
                 .as_object()

@@ -3,7 +3,7 @@
 //! provider says which it implements through `needs().capabilities`.
 
 use super::bindings::abx::epp::types::Capabilities;
-use crate::rpc::methods::{CAPABILITIES, CAPABILITY_FLAGS};
+use super::table::{CAPABILITIES, CAPABILITY_FLAGS};
 
 /// Every capability, in WIT (and documentation) order: wire name and flag.
 /// Both come from the WIT `capabilities` flags at build time (host/build.rs).

@@ -1,7 +1,7 @@
 //! The JSON form of a WIT type, worked out once per loaded component from
 //! wasmtime's component types, so that each call only walks a small tree.
 
-use super::names;
+use crate::contract::names;
 use wasmtime::component::types::Type;
 
 /// How a value of some WIT type looks on the wire.

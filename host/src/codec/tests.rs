@@ -5,10 +5,25 @@
 use super::decode::{self, decode};
 use super::encode::{encode, record};
 use super::shape::{Case, Field, Int, Name, Shape, Unit};
-use crate::rpc::methods::table::{self, Method};
+use crate::contract::table::{self, Method};
 use serde_json::{Map, Value, json};
 use std::time::Instant;
 use wasmtime::component::Val;
+
+/// The params as `Val`s, under generous byte bounds.
+fn decoded(
+    method: &Method,
+    fields: &[Field],
+    params: Map<String, Value>,
+    taken: &[&str],
+) -> Result<Vec<Val>, String> {
+    let limits = decode::Limits {
+        top: 1 << 20,
+        nested: 1 << 20,
+    };
+    let args = decode::params(method, fields, params, taken, &limits)?;
+    Ok(args.into_iter().map(decode::Arg::into_val).collect())
+}
 
 fn opt(shape: Shape) -> Shape {
     Shape::Option(Box::new(shape))
@@ -172,7 +187,7 @@ fn answers_are_byte_for_byte_what_the_hand_written_builders_wrote() {
 #[test]
 fn params_follow_the_rule() {
     let create = method("sandbox.create");
-    let got = decode::params(
+    let got = decoded(
         create,
         &create_request(),
         object(json!({"template": "base", "metadata": {"owner": "me"}, "resources": {"cpu": "1"}, "entrypoint": "/bin/sh"})),
@@ -197,7 +212,7 @@ fn params_follow_the_rule() {
     // One value where a list is expected is a list of one.
     assert_eq!(got[5], some(Val::List(vec![s("/bin/sh")])));
 
-    let err = |m: &Method, f: &[Field], p: Value| decode::params(m, f, object(p), &[]).unwrap_err();
+    let err = |m: &Method, f: &[Field], p: Value| decoded(m, f, object(p), &[]).unwrap_err();
     assert_eq!(
         err(create, &create_request(), json!({"tmplate": "x"})),
         "unknown field `tmplate`, expected one of `template`, `timeout`, `env`, `metadata`, \
@@ -244,20 +259,20 @@ fn aliases_defaults_and_ranges_come_from_the_table() {
         ("states", Shape::List(Box::new(Shape::String))),
         ("metadata", Shape::KeyValues),
     ]);
-    let one = decode::params(list, &request, object(json!({"state": "running"})), &[]).unwrap();
+    let one = decoded(list, &request, object(json!({"state": "running"})), &[]).unwrap();
     assert_eq!(one[0], Val::List(vec![s("running")]));
-    let many = decode::params(list, &request, object(json!({"state": ["a", "b"]})), &[]).unwrap();
+    let many = decoded(list, &request, object(json!({"state": ["a", "b"]})), &[]).unwrap();
     assert_eq!(many[0], Val::List(vec![s("a"), s("b")]));
-    let canonical = decode::params(list, &request, object(json!({"states": ["a"]})), &[]).unwrap();
+    let canonical = decoded(list, &request, object(json!({"states": ["a"]})), &[]).unwrap();
     assert_eq!(canonical[0], Val::List(vec![s("a")]));
-    assert!(decode::params(list, &request, object(json!({"state": null})), &[]).is_ok());
+    assert!(decoded(list, &request, object(json!({"state": null})), &[]).is_ok());
     assert_eq!(
-        decode::params(list, &request, object(json!({"state": 5})), &[]).unwrap_err(),
+        decoded(list, &request, object(json!({"state": 5})), &[]).unwrap_err(),
         "`state` must be a string, got 5",
         "named as the client wrote it"
     );
     assert!(
-        decode::params(
+        decoded(
             list,
             &request,
             object(json!({"state": "a", "states": "b"})),
@@ -273,7 +288,7 @@ fn aliases_defaults_and_ranges_come_from_the_table() {
         ("path", Shape::String),
         ("depth", Shape::Int(Int::U32)),
     ]);
-    let got = decode::params(
+    let got = decoded(
         files,
         &params,
         object(json!({"sandbox_id": "s", "path": "/"})),
@@ -282,7 +297,7 @@ fn aliases_defaults_and_ranges_come_from_the_table() {
     .unwrap();
     assert_eq!(got[2], Val::U32(1), "default.depth=1");
     assert_eq!(
-        decode::params(
+        decoded(
             files,
             &params,
             object(json!({"sandbox_id": "s", "path": "/", "depth": 0})),
@@ -298,7 +313,7 @@ fn aliases_defaults_and_ranges_come_from_the_table() {
         ("pid", Shape::Int(Int::U32)),
         ("signal", Shape::String),
     ]);
-    let got = decode::params(
+    let got = decoded(
         signal,
         &params,
         object(json!({"sandbox_id": "s", "pid": 7})),
@@ -319,7 +334,7 @@ fn units_seconds_modes_and_bytes() {
     assert_eq!(request[2].wire, "timeout");
     assert_eq!(request[2].unit, Unit::Seconds);
     let p = |t: Value| {
-        decode::params(
+        decoded(
             run,
             &request,
             object(json!({"sandbox_id": "s", "cmd": "c", "timeout": t})),
@@ -371,10 +386,10 @@ fn units_seconds_modes_and_bytes() {
     let data = Field::new("data", Shape::Bytes);
     let input = method("commands.send_input");
     let params = vec![data];
-    let got = decode::params(input, &params, object(json!({"data": "aGk="})), &[]).unwrap();
+    let got = decoded(input, &params, object(json!({"data": "aGk="})), &[]).unwrap();
     assert_eq!(got[0], Val::List(vec![Val::U8(b'h'), Val::U8(b'i')]));
     assert!(
-        decode::params(input, &params, object(json!({"data": "%%%"})), &[])
+        decoded(input, &params, object(json!({"data": "%%%"})), &[])
             .unwrap_err()
             .starts_with("`data` is not valid base64")
     );
@@ -454,8 +469,8 @@ fn enums_variants_flags_and_tuples() {
 }
 
 /// Today's typed path, as the deleted `files.rs` wrote it: the baseline.
-fn typed_file_json(info: &crate::runtime::bindings::infra::FileInfo) -> Value {
-    use crate::runtime::bindings::infra::FileType;
+fn typed_file_json(info: &crate::contract::bindings::infra::FileInfo) -> Value {
+    use crate::contract::bindings::infra::FileType;
     let kind = match info.type_ {
         FileType::File => "file",
         FileType::Directory => "directory",
@@ -480,7 +495,7 @@ fn typed_file_json(info: &crate::runtime::bindings::infra::FileInfo) -> Value {
 /// that both paths produce the same text.
 #[test]
 fn codec_cost_next_to_the_typed_path() {
-    use crate::runtime::bindings::infra::{FileInfo, FileType};
+    use crate::contract::bindings::infra::{FileInfo, FileType};
     let typed: Vec<FileInfo> = (0..1000)
         .map(|i| FileInfo {
             path: format!("/tmp/dir/file-{i}.txt"),
@@ -527,7 +542,7 @@ fn codec_cost_next_to_the_typed_path() {
     );
     let decode_codec = time(&mut || {
         for _ in 0..1000 {
-            std::hint::black_box(decode::params(create, &shape, params.clone(), &[]).unwrap());
+            std::hint::black_box(decoded(create, &shape, params.clone(), &[]).unwrap());
         }
     }) / 1000;
     eprintln!(

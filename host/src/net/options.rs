@@ -7,13 +7,12 @@
 //! environment) is made again (`Runtime::reconfigure`). Nothing here knows a
 //! provider.
 
-use crate::runtime::bindings::ProviderInfo;
-use crate::runtime::bindings::abx::epp::types::ProviderNeeds;
+use crate::contract::bindings::ProviderInfo;
+use crate::contract::bindings::abx::epp::types::ProviderNeeds;
 use http::HeaderValue;
 use serde_json::{Map, Value};
 
-/// EPP/1's generic `provider_options` keys (docs/epp-1.md §2).
-pub const GENERIC_KEYS: &[&str] = &["sandbox_base_url", "sandbox_api_key"];
+pub use epp_protocol::GENERIC_KEYS;
 
 /// Options resolved against the provider's settings.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -125,8 +124,8 @@ pub fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::contract::bindings::abx::epp::types::{Capabilities, HeaderScope, SecretHeader};
     use crate::net::grant::test_provider;
-    use crate::runtime::bindings::abx::epp::types::{Capabilities, HeaderScope, SecretHeader};
     use serde_json::json;
 
     fn info() -> ProviderInfo {
