@@ -1,8 +1,9 @@
 //! The released abx:epp 1.0.0 provider (tests/fixtures/epp-1.0.0, built from
 //! 472a2d9's guest and WIT) under today's host, whose WIT has moved on: it is
-//! loaded (imports matched by semver, exports called by name), says which
-//! version it was built against, and serves a real session against the
-//! testbed; what 1.0 cannot do here answers E8004.
+//! loaded (imports matched by semver, exports called by name, like every
+//! component's), says which version it was built against, and serves a real
+//! session against the testbed, streams and terminals included; what 1.0
+//! lacks (functions added since) answers E8004.
 
 mod common;
 
@@ -45,14 +46,11 @@ fn inspect_says_which_contract_and_what_follows() {
         format!("abx:epp@{}", epp_host::contract::current())
     );
     assert_eq!(contract["current"], false);
-    for adapter in ["exec.run", "pty", "files.rw"] {
-        assert!(
-            contract["not_served"]
-                .as_array()
-                .unwrap()
-                .contains(&json!(adapter)),
-            "{contract}"
-        );
+    // Every capability it declares, it exports functions of: all are served.
+    assert_eq!(contract["not_served"], json!([]), "{contract}");
+    let capabilities = &report["manifest"]["capabilities"];
+    for streamed in ["exec.run", "exec.stream", "pty", "files.rw"] {
+        assert_eq!(capabilities[streamed], true, "{streamed}: {capabilities}");
     }
     assert_eq!(
         contract["secrets_in_component_environment"],
@@ -119,8 +117,15 @@ fn the_released_1_0_component_serves_a_session_against_the_testbed() {
     };
     let hello = call("epp.hello", json!({"protocol": "EPP/1"})).expect("epp.hello");
     assert_eq!(hello["provider"]["id"], "opensandbox");
-    assert_eq!(hello["capabilities"]["sandbox.lifecycle"], true, "{hello}");
-    assert_eq!(hello["capabilities"]["exec.run"], false, "{hello}");
+    for served in [
+        "sandbox.lifecycle",
+        "exec.run",
+        "exec.stream",
+        "pty",
+        "files.rw",
+    ] {
+        assert_eq!(hello["capabilities"][served], true, "{served}: {hello}");
+    }
 
     let created = call("sandbox.create", json!({"timeout": 300})).expect("sandbox.create");
     let id = created["sandbox_id"]
@@ -132,10 +137,104 @@ fn the_released_1_0_component_serves_a_session_against_the_testbed() {
     let listed = call("sandbox.list", json!({})).expect("sandbox.list");
     assert!(listed.to_string().contains(&id), "{listed}");
 
-    // What a 1.0 component cannot do under this host is E8004, at once.
-    let err = call("commands.run", json!({"sandbox_id": id, "command": "true"}))
-        .expect_err("commands.run is not served for abx:epp 1.0");
+    // A streamed command: its output as notifications, then its exit code.
+    let run = client.request(
+        "commands.run",
+        json!({"sandbox_id": id, "cmd": "echo one; echo two >&2; exit 3", "stream": true}),
+    );
+    let answer = client
+        .response(&run, PATIENCE)
+        .expect("commands.run answers")
+        .reply()
+        .expect("commands.run");
+    assert_eq!(answer["exit_code"], 3, "{answer}");
+    let command_id = answer["command_id"].as_str().expect("a command id");
+    let notes = client.notifications();
+    let of = |method: &str| {
+        notes
+            .iter()
+            .filter(|n| n.is_notification(method) && n.request_id() == &run)
+            .map(|n| n.raw["params"].clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        of("commands.started"),
+        [json!({"request_id": run, "command_id": command_id})]
+    );
+    let output: String = of("commands.output")
+        .iter()
+        .map(|p| {
+            format!(
+                "{}:{}",
+                p["stream"].as_str().unwrap(),
+                p["data"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert!(
+        output.contains("stdout:one") && output.contains("stderr:two"),
+        "{output}"
+    );
+    // The same collected.
+    let collected =
+        call("commands.run", json!({"sandbox_id": id, "cmd": "echo hi"})).expect("commands.run");
+    assert_eq!(
+        collected["stdout"].as_str().map(str::trim),
+        Some("hi"),
+        "{collected}"
+    );
+
+    // A terminal: what is typed comes back as output, and it can be killed.
+    let pty = call("pty.create", json!({"sandbox_id": id})).expect("pty.create");
+    let pty_id = pty["pty_id"].as_str().expect("a pty id").to_string();
+    let typed = base64_of(b"echo typed-$((40+2))\n");
+    call(
+        "pty.send_input",
+        json!({"sandbox_id": id, "pty_id": pty_id, "data": typed}),
+    )
+    .expect("pty.send_input");
+    // All output so far, decoded: the echo of the line and its result may
+    // come in several notifications.
+    let output_of = |notes: &[epp_client::Message]| -> String {
+        notes
+            .iter()
+            .filter(|n| {
+                n.is_notification("pty.output") && n.raw["params"]["pty_id"] == pty_id.as_str()
+            })
+            .map(|n| decoded(n.raw["params"]["data"].as_str().unwrap_or_default()))
+            .collect()
+    };
+    let is_output = |n: &epp_client::Message| {
+        n.is_notification("pty.output") && n.raw["params"]["pty_id"] == pty_id.as_str()
+    };
+    loop {
+        let notes = client.notifications();
+        if output_of(&notes).contains("typed-42") {
+            break;
+        }
+        // Wait for the next piece of output.
+        let newest = notes.iter().filter(|n| is_output(n)).map(|n| n.at).max();
+        let next = client.wait_notification(PATIENCE, |n| is_output(n) && Some(n.at) > newest);
+        assert!(
+            next.is_some(),
+            "no pty.output with the typed line: {:?}",
+            output_of(&client.notifications())
+        );
+    }
+    call("pty.kill", json!({"sandbox_id": id, "pty_id": pty_id})).expect("pty.kill");
+    let exited = client.wait_notification(PATIENCE, |n| {
+        n.is_notification("pty.exit") && n.raw["params"]["pty_id"] == pty_id.as_str()
+    });
+    assert!(exited.is_some(), "no pty.exit");
+
+    // What 1.0 lacks (a function added in 1.1) is E8004, at once.
+    let err = call(
+        "commands.run",
+        json!({"sandbox_id": id, "cmd": "cat", "stdin": true}),
+    )
+    .expect_err("1.0 has no commands-run-stdin");
     assert_eq!(err.code(), Some(EppCode::Unsupported), "{err}");
+    assert!(err.message.contains("abx:epp@1.0.0"), "{err}");
 
     call("sandbox.kill", json!({"sandbox_id": id})).expect("sandbox.kill");
     let gone = call("sandbox.get_info", json!({"sandbox_id": id}));
@@ -145,4 +244,17 @@ fn the_released_1_0_component_serves_a_session_against_the_testbed() {
     }
     client.close_input();
     let _ = child.wait();
+}
+
+fn base64_of(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn decoded(data: &str) -> String {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .unwrap_or_default();
+    String::from_utf8_lossy(&bytes).into_owned()
 }
