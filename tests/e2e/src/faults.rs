@@ -230,8 +230,8 @@ impl FaultProxy {
             .count()
     }
 
-    /// Waits until the proxy holds an answer ([`Fault::Hold`]) that is not
-    /// released yet and whose client is still there; returns the first such.
+    /// Waits until the proxy holds an answer ([`Fault::Hold`]): one read whole
+    /// from the testbed, not released and not ended yet; returns the first such.
     /// Fails the test after `timeout`.
     pub fn wait_held(&self, timeout: Duration) -> Held {
         self.shared
