@@ -127,8 +127,11 @@ fn cancel_answers_e4999_and_kills_the_command() {
     assert_eq!(meta(&killed, "value"), Some("1"), "{killed}");
 
     // A plain call, cancelled by a notification (no answer to the cancel itself).
-    let sleep = host.request("sandbox.get_info", json!({"sandbox_id": "sleep 30000"}));
-    std::thread::sleep(Duration::from_millis(100));
+    let sleep = host.request(
+        "sandbox.get_info",
+        json!({"sandbox_id": "begin plain sleep 30000"}),
+    );
+    host.wait_memo("started:plain");
     let began = Instant::now();
     host.send(&json!({"jsonrpc": "2.0", "method": "epp.cancel", "params": {"id": sleep}}));
     let (code, epp, _) = error(&host.response(&sleep));

@@ -755,6 +755,26 @@ impl Host {
         self.call("sandbox.get_info", json!({"sandbox_id": instruction}))
     }
 
+    /// The probe's memo value under `key` (`memo-get KEY`), if it holds one.
+    pub fn memo(&mut self, key: &str) -> Option<String> {
+        meta(&self.probe(&format!("memo-get {key}")), "value").map(str::to_string)
+    }
+
+    /// Waits until the probe's memo holds `key`: a mark the probe puts when
+    /// something happened (`started:KEY` once a call has begun), asked for
+    /// every 10 ms. Fails the test after [`PATIENCE`].
+    pub fn wait_memo(&mut self, key: &str) {
+        let deadline = Instant::now() + PATIENCE;
+        while self.memo(key).is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "the probe put no {key:?} in the memo within {PATIENCE:?}\nstderr:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Claims the first message that satisfies `pred`, within `timeout`;
     /// others stay queued. Fails the test if a line that is not JSON comes
     /// first.

@@ -7,7 +7,8 @@
 //! WebSocket upgrades are piped through untouched. Rules pick requests by
 //! method and a substring of the path and say what goes wrong, a number of
 //! times. The proxy can also go down (its port refuses connections) and come
-//! back on the same port.
+//! back on the same port, and it can hold an answer the testbed gave until the
+//! test lets it go ([`Fault::Hold`]).
 //!
 //! Point a host at it with `HostBuilder::via(&proxy)`. In direct mode only the
 //! lifecycle API passes it (sandbox endpoints are `127.0.0.1:<execd port>`);
@@ -16,7 +17,7 @@
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// What goes wrong with a matching request.
@@ -42,6 +43,60 @@ pub enum Fault {
     /// Forward the whole request, wait for the testbed's answer head, then reset
     /// the client's connection: the request was carried out, its answer lost.
     LoseAnswer,
+    /// Forward the whole request, read the testbed's whole answer and hold it
+    /// until the test lets it go ([`FaultProxy::release`]), or the client goes
+    /// away first: the request was carried out, its answer is late.
+    /// [`FaultProxy::wait_held`] waits until an answer is held.
+    Hold,
+}
+
+/// An answer the proxy holds ([`Fault::Hold`]).
+#[derive(Debug, Clone)]
+pub struct Held {
+    /// Which held answer this is (0 for the first the proxy held).
+    pub n: usize,
+    /// The request's method and path.
+    pub method: String,
+    pub path: String,
+    /// The testbed's status code.
+    pub status: u16,
+    /// The testbed's whole answer body.
+    pub body: Vec<u8>,
+}
+
+impl Held {
+    /// The body as JSON (fails the test if it is not).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "the held answer to {} {} is not JSON ({e}): {}",
+                self.method,
+                self.path,
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+}
+
+/// How holding an answer ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldEnd {
+    /// Released, and written whole to the client.
+    Delivered,
+    /// The client closed its connection (or it broke) before the answer was written.
+    ClientGone,
+}
+
+struct HoldSlot {
+    held: Held,
+    released: bool,
+    end: Option<HoldEnd>,
+}
+
+impl HoldSlot {
+    fn holding(&self) -> bool {
+        !self.released && self.end.is_none()
+    }
 }
 
 struct Rule {
@@ -67,6 +122,33 @@ struct Shared {
     upstream: SocketAddr,
     rules: Mutex<Vec<Rule>>,
     seen: Mutex<Vec<Seen>>,
+    /// Every answer held so far; `holds_changed` is notified whenever one is
+    /// held, released or ends, and whenever a client goes away.
+    holds: Mutex<Vec<HoldSlot>>,
+    holds_changed: Condvar,
+}
+
+impl Shared {
+    /// Waits until `done` finds what it looks for in the held answers, or
+    /// `timeout` passes (then `None`).
+    fn wait_holds<T>(
+        &self,
+        timeout: Duration,
+        mut done: impl FnMut(&mut MutexGuard<'_, Vec<HoldSlot>>) -> Option<T>,
+    ) -> Option<T> {
+        let deadline = Instant::now() + timeout;
+        let mut holds = self.holds.lock().unwrap();
+        loop {
+            if let Some(found) = done(&mut holds) {
+                return Some(found);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            holds = self.holds_changed.wait_timeout(holds, left).unwrap().0;
+        }
+    }
 }
 
 struct Acceptor {
@@ -98,6 +180,8 @@ impl FaultProxy {
                 upstream,
                 rules: Mutex::new(Vec::new()),
                 seen: Mutex::new(Vec::new()),
+                holds: Mutex::new(Vec::new()),
+                holds_changed: Condvar::new(),
             }),
             acceptor: Mutex::new(None),
         };
@@ -146,6 +230,42 @@ impl FaultProxy {
             .count()
     }
 
+    /// Waits until the proxy holds an answer ([`Fault::Hold`]): one read whole
+    /// from the testbed, not released and not ended yet; returns the first such.
+    /// Fails the test after `timeout`.
+    pub fn wait_held(&self, timeout: Duration) -> Held {
+        self.shared
+            .wait_holds(timeout, |holds| {
+                holds.iter().find(|h| h.holding()).map(|h| h.held.clone())
+            })
+            .unwrap_or_else(|| {
+                panic!(
+                    "the fault proxy held no answer within {timeout:?}; requests seen: {:?}",
+                    self.seen()
+                )
+            })
+    }
+
+    /// Lets every answer held now go to its client (an answer whose client
+    /// went away is dropped). Returns how many were still held.
+    pub fn release(&self) -> usize {
+        let mut holds = self.shared.holds.lock().unwrap();
+        let mut n = 0;
+        for slot in holds.iter_mut().filter(|h| h.holding()) {
+            slot.released = true;
+            n += 1;
+        }
+        self.shared.holds_changed.notify_all();
+        n
+    }
+
+    /// Waits until holding answer `n` ended; fails the test after `timeout`.
+    pub fn wait_hold_end(&self, n: usize, timeout: Duration) -> HoldEnd {
+        self.shared
+            .wait_holds(timeout, |holds| holds.get(n).and_then(|h| h.end))
+            .unwrap_or_else(|| panic!("held answer {n} did not end within {timeout:?}"))
+    }
+
     /// Stops listening: connections to the port are refused until [`up`].
     ///
     /// [`up`]: FaultProxy::up
@@ -190,7 +310,7 @@ impl FaultProxy {
                     }
                     let Ok(conn) = conn else { continue };
                     let shared = shared.clone();
-                    std::thread::spawn(move || handle(&shared, conn));
+                    std::thread::spawn(move || handle(shared, conn));
                 }
             })
             .expect("spawning the fault proxy");
@@ -201,6 +321,8 @@ impl FaultProxy {
 impl Drop for FaultProxy {
     fn drop(&mut self) {
         self.down();
+        // No connection thread waits for a test that is gone.
+        self.release();
     }
 }
 
@@ -290,7 +412,76 @@ fn linger_close(mut conn: TcpStream) {
     }
 }
 
-fn handle(shared: &Shared, mut client: TcpStream) {
+/// Reads the rest of an answer whose head is `head` and whose first body bytes
+/// are `body`: `content-length` bytes, or up to the end of the connection.
+fn read_body(upstream: &mut TcpStream, head: &[u8], mut body: Vec<u8>) -> Option<Vec<u8>> {
+    let length = String::from_utf8_lossy(head).split("\r\n").find_map(|h| {
+        let (name, value) = h.split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case("content-length")
+            .then(|| value.trim().parse::<usize>().ok())?
+    });
+    let mut chunk = [0u8; 64 * 1024];
+    while length.is_none_or(|n| body.len() < n) {
+        match upstream.read(&mut chunk) {
+            Ok(0) if length.is_none() => break,
+            Ok(0) | Err(_) => return None,
+            Ok(n) => body.extend_from_slice(&chunk[..n]),
+        }
+    }
+    Some(body)
+}
+
+/// The status code of an answer head (0 when it has none).
+fn status_of(head: &[u8]) -> u16 {
+    String::from_utf8_lossy(head)
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Holds `head` + `body` (the testbed's whole answer) until the test releases
+/// it or `gone` says the client went away; then writes it, unless the client
+/// is gone, and records how it ended.
+fn hold(
+    shared: &Shared,
+    client: &mut TcpStream,
+    gone: &AtomicBool,
+    held: Held,
+    head: &[u8],
+) -> HoldEnd {
+    let body = held.body.clone();
+    let mut holds = shared.holds.lock().unwrap();
+    let n = holds.len();
+    holds.push(HoldSlot {
+        held: Held { n, ..held },
+        released: false,
+        end: None,
+    });
+    shared.holds_changed.notify_all();
+    // `gone` is set under this lock, so no wake-up is missed.
+    while !holds[n].released && !gone.load(Ordering::SeqCst) {
+        holds = shared.holds_changed.wait(holds).unwrap();
+    }
+    let released = holds[n].released;
+    drop(holds);
+    let end = if released
+        && !gone.load(Ordering::SeqCst)
+        && client.write_all(head).is_ok()
+        && client.write_all(&body).is_ok()
+        && client.flush().is_ok()
+    {
+        HoldEnd::Delivered
+    } else {
+        HoldEnd::ClientGone
+    };
+    shared.holds.lock().unwrap()[n].end = Some(end);
+    shared.holds_changed.notify_all();
+    end
+}
+
+fn handle(shared: Arc<Shared>, mut client: TcpStream) {
     let _ = client.set_nodelay(true);
     let Some((head, rest)) = read_head(&mut client) else {
         return;
@@ -321,8 +512,8 @@ fn handle(shared: &Shared, mut client: TcpStream) {
         })
         .collect();
     shared.seen.lock().unwrap().push(Seen {
-        method,
-        path,
+        method: method.clone(),
+        path: path.clone(),
         header_names,
         fault: fault.clone(),
         at: Instant::now(),
@@ -360,6 +551,18 @@ fn handle(shared: &Shared, mut client: TcpStream) {
     else {
         return;
     };
+    // Set when the client closes its side (or the connection breaks): then an
+    // answer held for it has no one to go to.
+    let gone = Arc::new(AtomicBool::new(false));
+    let client_gone = {
+        let (shared, gone) = (shared.clone(), gone.clone());
+        move || {
+            // Under the lock, so that a hold's wait cannot miss it.
+            let _holds = shared.holds.lock().unwrap();
+            gone.store(true, Ordering::SeqCst);
+            shared.holds_changed.notify_all();
+        }
+    };
     let pump = std::thread::spawn(move || {
         let mut sent = 0usize;
         let mut pending = rest;
@@ -379,7 +582,10 @@ fn handle(shared: &Shared, mut client: TcpStream) {
                 }
             }
             match from_client.read(&mut chunk) {
-                Ok(0) | Err(_) => return false,
+                Ok(0) | Err(_) => {
+                    client_gone();
+                    return false;
+                }
                 Ok(n) => pending = chunk[..n].to_vec(),
             }
         }
@@ -402,6 +608,24 @@ fn handle(shared: &Shared, mut client: TcpStream) {
         return;
     }
     let head = if upgrade { head } else { close_after(&head).0 };
+    if fault == Some(Fault::Hold) {
+        let Some(body) = read_body(&mut upstream, &head, body) else {
+            reset(&client);
+            return;
+        };
+        let held = Held {
+            n: 0,
+            method,
+            path,
+            status: status_of(&head),
+            body,
+        };
+        hold(&shared, &mut client, &gone, held, &head);
+        let _ = client.shutdown(Shutdown::Both);
+        let _ = upstream.shutdown(Shutdown::Both);
+        let _ = pump.join();
+        return;
+    }
     if client.write_all(&head).is_err() {
         reset(&upstream);
         return;
@@ -440,4 +664,134 @@ fn handle(shared: &Shared, mut client: TcpStream) {
     let _ = client.shutdown(Shutdown::Both);
     let _ = upstream.shutdown(Shutdown::Both);
     let _ = pump.join();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    const BODY: &str = r#"{"id":"sb-1","status":{"state":"Pending"}}"#;
+    const PATIENCE: Duration = Duration::from_secs(10);
+
+    /// A server on loopback that reads each request whole, sends its head to
+    /// the receiver, and answers 201 with [`BODY`].
+    fn upstream() -> (String, mpsc::Receiver<String>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let Some((head, rest)) = read_head(&mut conn) else {
+                    continue;
+                };
+                let has_body = String::from_utf8_lossy(&head)
+                    .to_ascii_lowercase()
+                    .contains("content-length:");
+                if has_body && read_body(&mut conn, &head, rest).is_none() {
+                    continue;
+                }
+                let _ = tx.send(String::from_utf8_lossy(&head).into_owned());
+                let answer = format!(
+                    "HTTP/1.1 201 Created\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{BODY}",
+                    BODY.len()
+                );
+                let _ = conn.write_all(answer.as_bytes());
+                linger_close(conn);
+            }
+        });
+        (url, rx)
+    }
+
+    /// A client connection through `proxy` that has sent `POST /v1/sandboxes`.
+    fn post(proxy: &FaultProxy) -> TcpStream {
+        let mut conn = TcpStream::connect(proxy.addr).unwrap();
+        conn.write_all(
+            b"POST /v1/sandboxes HTTP/1.1\r\nhost: testbed\r\ncontent-length: 2\r\n\r\n{}",
+        )
+        .unwrap();
+        conn
+    }
+
+    fn answer_of(mut conn: TcpStream) -> String {
+        conn.set_read_timeout(Some(PATIENCE)).unwrap();
+        let mut answer = Vec::new();
+        conn.read_to_end(&mut answer).unwrap();
+        String::from_utf8(answer).unwrap()
+    }
+
+    #[test]
+    fn a_held_answer_waits_for_its_release() {
+        let (url, requests) = upstream();
+        let proxy = FaultProxy::start(&url);
+        proxy.fault("POST", "/v1/sandboxes", Fault::Hold, 1);
+        let conn = post(&proxy);
+
+        let held = proxy.wait_held(PATIENCE);
+        assert_eq!(
+            (held.method.as_str(), held.path.as_str()),
+            ("POST", "/v1/sandboxes")
+        );
+        assert_eq!(held.status, 201);
+        assert_eq!(held.json()["id"], "sb-1");
+        // The testbed has carried the request out (its answer is whole)...
+        let head = requests
+            .try_recv()
+            .expect("the request reached the testbed");
+        assert!(head.starts_with("POST /v1/sandboxes "), "{head}");
+        // ...and the client has nothing yet.
+        conn.set_nonblocking(true).unwrap();
+        let mut byte = [0u8; 1];
+        let early = (&conn).read(&mut byte);
+        assert!(
+            early
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+            "the client got {early:?} before the release"
+        );
+        conn.set_nonblocking(false).unwrap();
+
+        assert_eq!(proxy.release(), 1);
+        let answer = answer_of(conn);
+        assert!(answer.starts_with("HTTP/1.1 201 Created\r\n"), "{answer}");
+        assert!(answer.contains("\r\nConnection: close\r\n"), "{answer}");
+        assert!(answer.ends_with(&format!("\r\n\r\n{BODY}")), "{answer}");
+        assert_eq!(proxy.wait_hold_end(held.n, PATIENCE), HoldEnd::Delivered);
+
+        // The rule was for one request: the next passes at once.
+        let answer = answer_of(post(&proxy));
+        assert!(answer.ends_with(BODY), "{answer}");
+        assert_eq!(proxy.release(), 0, "nothing else was held");
+        assert_eq!(proxy.seen()[0].fault, Some(Fault::Hold));
+        assert_eq!(proxy.seen()[1].fault, None);
+    }
+
+    #[test]
+    fn a_held_answer_whose_client_went_away_is_dropped() {
+        let (url, _requests) = upstream();
+        let proxy = FaultProxy::start(&url);
+        proxy.fault("POST", "/v1/sandboxes", Fault::Hold, 2);
+        let first = post(&proxy);
+        let held = proxy.wait_held(PATIENCE);
+        drop(first);
+        assert_eq!(proxy.wait_hold_end(held.n, PATIENCE), HoldEnd::ClientGone);
+        assert_eq!(proxy.release(), 0, "an answer without a client is not held");
+
+        // Another held answer is independent of the one that ended.
+        let second = post(&proxy);
+        let again = proxy.wait_held(PATIENCE);
+        assert_eq!(again.n, held.n + 1);
+        assert_eq!(proxy.release(), 1);
+        assert!(answer_of(second).ends_with(BODY));
+        assert_eq!(proxy.wait_hold_end(again.n, PATIENCE), HoldEnd::Delivered);
+    }
+
+    #[test]
+    #[should_panic(expected = "held no answer")]
+    fn waiting_for_a_hold_that_never_comes_fails() {
+        let (url, _requests) = upstream();
+        let proxy = FaultProxy::start(&url);
+        proxy.wait_held(Duration::from_millis(50));
+    }
 }

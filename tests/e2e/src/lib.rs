@@ -12,11 +12,12 @@ mod host;
 pub mod secrets;
 mod testbed;
 
-pub use faults::{Fault, FaultProxy};
+pub use faults::{Fault, FaultProxy, Held, HoldEnd};
 pub use host::{Host, HostBuilder, Mode, Reply, RpcError};
 pub use testbed::{PrivateTestbed, Testbed, testbed};
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
@@ -75,6 +76,24 @@ macro_rules! both_modes {
             }
         }
     };
+}
+
+/// Asks `probe` every 50 ms until it answers `Some`, and returns that; fails
+/// the test, saying it waited for `what`, when `timeout` passes first. `probe`
+/// fails the test itself on anything it did not expect (an error it does not
+/// wait through), so a poll never hides one.
+pub fn wait_until<T>(what: &str, timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(found) = probe() {
+            return found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "waited {timeout:?} for {what} in vain"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Runs a command that must exit 0 and returns its stdout.
@@ -144,25 +163,47 @@ pub fn figure(area: &str, line: &str) {
     eprintln!("figure {area}: {line}");
 }
 
-/// Pids of live processes of testbed sandbox `sandbox_id` (found by the
-/// `OPENSANDBOX_TESTBED_SANDBOX` marker in their environment, as the testbed
-/// itself finds them).
-pub fn sandbox_processes(sandbox_id: &str) -> Vec<u32> {
-    let needle = format!("OPENSANDBOX_TESTBED_SANDBOX={sandbox_id}");
+/// Whether process `pid` of this machine still runs (a zombie has exited
+/// already; its parent just has not reaped it).
+pub fn running(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit_once(") ").and_then(|(_, r)| r.chars().next());
+    state.is_some_and(|s| s != 'Z' && s != 'X')
+}
+
+/// Pids of the running processes of this machine one of whose `/proc/PID/FILE`
+/// entries (NUL-separated: `environ`, `cmdline`) satisfies `pred`.
+fn processes_where(file: &str, pred: impl Fn(&[u8]) -> bool) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            // Zombies have exited already; their parent just has not reaped them.
-            let state = stat.rsplit_once(") ").and_then(|(_, r)| r.chars().next());
-            state.is_some_and(|s| s != 'Z' && s != 'X')
-                && std::fs::read(format!("/proc/{pid}/environ"))
-                    .map(|env| env.split(|b| *b == 0).any(|v| v == needle.as_bytes()))
-                    .unwrap_or(false)
+            running(*pid)
+                && std::fs::read(format!("/proc/{pid}/{file}"))
+                    .is_ok_and(|entries| entries.split(|b| *b == 0).any(&pred))
         })
         .collect()
+}
+
+/// Pids of live processes of testbed sandbox `sandbox_id` (found by the
+/// `OPENSANDBOX_TESTBED_SANDBOX` marker in their environment, as the testbed
+/// itself finds them).
+pub fn sandbox_processes(sandbox_id: &str) -> Vec<u32> {
+    let needle = format!("OPENSANDBOX_TESTBED_SANDBOX={sandbox_id}");
+    processes_where("environ", |v| v == needle.as_bytes())
+}
+
+/// Pids of running processes of this machine with `needle` in an argument of
+/// their command line (e.g. a unique marker in a sandbox command's script).
+pub fn processes_with_arg(needle: &str) -> Vec<u32> {
+    assert!(
+        !needle.is_empty(),
+        "an empty needle is in every command line"
+    );
+    processes_where("cmdline", |arg| {
+        arg.windows(needle.len()).any(|w| w == needle.as_bytes())
+    })
 }
 
 /// Waits up to `timeout` for every process of these sandboxes to be gone;

@@ -3,7 +3,7 @@
 //! bundles, exceptions their tracebacks; runs are interrupted, cancelled and timed
 //! out without losing the context; a sandbox without kernels says so at once.
 
-use epp_e2e::{Host, Mode, b64d, both_modes, unique};
+use epp_e2e::{Host, Mode, b64d, both_modes, unique, wait_until};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -242,19 +242,25 @@ fn long_runs_are_interrupted(mode: Mode) {
     run(&host, &id, &ctx, "kept = 'still here'");
 
     // code.interrupt from another host ends an endless loop with KeyboardInterrupt.
+    // The run makes a file once its print has returned: then it is in the loop
+    // proper (an interrupt during the kernel's own print handling is reported by
+    // ipykernel on stderr instead of as the run's error).
+    let in_loop = format!("/tmp/{}", unique("in-loop"));
     let req = host.send(
         "code.run",
         json!({"sandbox_id": id, "context_id": ctx, "stream": true,
-               "code": "print('looping', flush=True)\nwhile True:\n    pass"}),
+               "code": format!("print('looping', flush=True)\nopen('{in_loop}', 'w').close()\nwhile True:\n    pass")}),
     );
     assert!(
         host.first_note("code.output", &req, Duration::from_secs(60))
             .is_some(),
         "the loop never started"
     );
-    // Into the loop proper (an interrupt during the kernel's own print handling is
-    // reported by ipykernel on stderr instead of as the run's error).
-    std::thread::sleep(Duration::from_millis(500));
+    wait_until("the run in its loop", Duration::from_secs(30), || {
+        let exists = other.ok("files.exists", json!({"sandbox_id": id, "path": in_loop}));
+        (exists["exists"] == true).then_some(())
+    });
+    other.ok("files.remove", json!({"sandbox_id": id, "path": in_loop}));
     // Busy: a second run in the same context is refused, not queued.
     let e = other.fails(
         "code.run",

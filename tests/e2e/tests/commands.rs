@@ -147,6 +147,12 @@ fn cancel_mid_stream(mode: Mode) {
     let first = host.first_note("commands.output", &req, Duration::from_secs(30));
     assert!(first.is_some(), "no output before cancel");
     let command_id = host.notes_for("commands.started", &req)[0].1["params"]["command_id"].clone();
+    // The testbed runs the command as a shell of this machine, its script
+    // (naming the marker) on its command line: how the test sees it end.
+    assert!(
+        !epp_e2e::processes_with_arg(&marker).is_empty(),
+        "no process runs the command's script"
+    );
     assert_eq!(
         host.ok("epp.cancel", json!({"id": req})),
         json!({"cancelled": true})
@@ -171,7 +177,17 @@ fn cancel_mid_stream(mode: Mode) {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    std::thread::sleep(Duration::from_secs(6));
+    // The shell whose script would touch the marker (it is in its command
+    // line) is gone: nothing can make the marker any more.
+    epp_e2e::wait_until(
+        "the end of the cancelled command's shell",
+        Duration::from_secs(10),
+        || {
+            epp_e2e::processes_with_arg(&marker)
+                .is_empty()
+                .then_some(())
+        },
+    );
     let exists = host.ok("files.exists", json!({"sandbox_id": id, "path": marker}));
     assert_eq!(
         exists["exists"], false,

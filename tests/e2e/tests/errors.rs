@@ -169,11 +169,23 @@ fn dead_execd(mode: Mode) {
     let host = Host::start(mode);
     let id = host.create_sandbox();
     let pid = epp_e2e::execd_pid(&host, &id);
-    let _ = host.call(
+    // The testbed runs sandboxes as processes of this machine: execd is dead
+    // once its process is.
+    let own = u32::try_from(pid).expect("a pid");
+    assert!(
+        epp_e2e::running(own),
+        "execd {pid} is no process of this machine"
+    );
+    // execd may die before it answers its own killing: then the answer is lost.
+    if let Err(e) = host.call(
         "process.signal",
         json!({"sandbox_id": id, "pid": pid, "signal": "KILL"}),
-    );
-    std::thread::sleep(Duration::from_millis(500));
+    ) {
+        assert!(matches!(e.epp.as_str(), "E5001" | "E5003"), "{e:?}");
+    }
+    epp_e2e::wait_until("execd's end", Duration::from_secs(10), || {
+        (!epp_e2e::running(own)).then_some(())
+    });
     let want = if mode == Mode::Proxy {
         "E5001"
     } else {

@@ -2,7 +2,7 @@
 //! `files.write_chunk` notifications, and `files.read {stream: true}` answered
 //! in `files.data` notifications.
 
-use epp_e2e::{Host, HostBuilder, Mode, b64d, b64e, both_modes, workdir};
+use epp_e2e::{Host, HostBuilder, Mode, b64d, b64e, both_modes, wait_until, workdir};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -208,6 +208,22 @@ fn text_of(host: &Host, id: &str, path: &str) -> String {
         .to_string()
 }
 
+/// The testbed execd's temporary upload files beside `path` (name, size).
+fn upload_temps(host: &Host, id: &str, path: &str) -> Vec<(String, u64)> {
+    let dir = path.rsplit_once('/').expect("an absolute path").0;
+    let list = host.ok("files.list", json!({"sandbox_id": id, "path": dir}));
+    list["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter_map(|e| {
+            let name = e["name"].as_str().expect("name");
+            name.contains(".execd-upload-")
+                .then(|| (name.to_string(), e["size"].as_u64().expect("size")))
+        })
+        .collect()
+}
+
 /// Starts a streamed text write of `size` bytes (its chunks are the
 /// caller's) and returns its request id.
 fn begin(host: &Host, id: &str, path: &str, size: usize) -> Value {
@@ -276,10 +292,21 @@ fn a_failed_or_cancelled_streamed_write_leaves_the_old_file() {
     assert!(err.message.contains("not valid base64"), "{}", err.message);
     assert_eq!(text_of(&host, &id, &path), "old");
 
-    // Cancelled halfway: the upload is dropped before its end.
+    // Cancelled halfway: the upload is dropped before its end. The testbed's
+    // execd streams an upload into a temporary file beside its target, so the
+    // first five bytes are under way once a new such file holds them.
+    let before = upload_temps(&host, &id, &path);
     let req = start(10);
     chunk(&req, json!("01234"));
-    std::thread::sleep(Duration::from_millis(300));
+    wait_until(
+        "the first chunk in a temporary upload file of execd's",
+        Duration::from_secs(30),
+        || {
+            upload_temps(&host, &id, &path)
+                .into_iter()
+                .find(|(name, size)| *size == 5 && !before.iter().any(|(old, _)| old == name))
+        },
+    );
     host.notify("epp.cancel", json!({"id": req}));
     let err = wait_err(&req);
     assert_eq!(err.epp, "E4999", "{err:?}");

@@ -2,7 +2,7 @@
 //! pipe mode): input reaches the program, kill/status/cancel work on it, and
 //! commands without stdin say how to get one.
 
-use epp_e2e::{Host, Mode, b64e, both_modes, figure};
+use epp_e2e::{Host, Mode, b64e, both_modes, figure, wait_until};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -146,18 +146,21 @@ fn killed_while_waiting_for_input(mode: Mode) {
         host.wait(&req, Duration::from_secs(30)).unwrap_err().epp,
         "E4999"
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match host.call(
+    // Stopped: its status says so, or the terminal is gone altogether (E4004);
+    // any other answer is a failure, not a reason to stop asking.
+    wait_until(
+        "the cancelled command to stop",
+        Duration::from_secs(10),
+        || match host.call(
             "commands.status",
             json!({"sandbox_id": sb, "command_id": id}),
         ) {
-            Ok(s) if s["running"] == true => {}
-            _ => break,
-        }
-        assert!(Instant::now() < deadline, "still running after cancel");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+            Ok(s) if s["running"] == true => None,
+            Ok(s) if s["running"] == false => Some(()),
+            Err(e) if e.epp == "E4004" => Some(()),
+            other => panic!("commands.status of the cancelled command: {other:?}"),
+        },
+    );
 }
 both_modes!(
     killed_while_waiting_for_input,

@@ -25,19 +25,32 @@ fn start(host: &Host, id: &str, dir: &str, recursive: bool) -> Value {
         "files.watch",
         json!({"sandbox_id": id, "path": dir, "recursive": recursive}),
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    for n in 0.. {
+    until_live(host, &req, |n| {
         let marker = format!("{dir}/.ready-{n}");
         std::fs::write(&marker, b"").unwrap();
+        ("create", marker)
+    });
+    req
+}
+
+/// Waits until watch `req` reports changes: `poke(n)` makes the n-th change and
+/// says which event (kind, path) shows it, and is called again each time that
+/// event does not come within 700 ms (a change made before the watch's first
+/// listing is never reported).
+fn until_live(host: &Host, req: &Value, mut poke: impl FnMut(u32) -> (&'static str, String)) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for n in 0.. {
+        let (kind, path) = poke(n);
         if host
             .wait_note(Duration::from_millis(700), |m| {
                 m["method"] == "files.event"
-                    && m["params"]["request_id"] == req
-                    && m["params"]["path"] == marker.as_str()
+                    && m["params"]["request_id"] == *req
+                    && m["params"]["kind"] == kind
+                    && m["params"]["path"] == path.as_str()
             })
             .is_some()
         {
-            break;
+            return;
         }
         assert!(
             Instant::now() < deadline,
@@ -45,7 +58,6 @@ fn start(host: &Host, id: &str, dir: &str, recursive: bool) -> Value {
             host.stderr()
         );
     }
-    req
 }
 
 /// Waits for the event `kind` on `path` of watch `req`; how long after `since` it came.
@@ -113,6 +125,7 @@ fn changes_are_reported(mode: Mode) {
 
     // Not recursive: a change inside `sub` is not reported, nor is `sub` written.
     let t = Instant::now();
+    let sub_changed = t;
     std::fs::write(format!("{dir}/sub/deep.txt"), b"x").unwrap();
     let renamed = format!("{dir}/b.txt");
     std::fs::rename(&file, &renamed).unwrap();
@@ -122,10 +135,14 @@ fn changes_are_reported(mode: Mode) {
     let t = Instant::now();
     std::fs::remove_file(&renamed).unwrap();
     let removed = seen(&host, &req, "remove", &renamed, t);
-    std::thread::sleep(Duration::from_millis(1200));
-    let all = events_since(&host, &req, t - Duration::from_secs(5));
+    // That removal comes from a listing taken after `sub/deep.txt` was written,
+    // and a watch's events arrive in order: anything it had to say about `sub`
+    // has arrived by now.
+    let all = events_since(&host, &req, sub_changed);
+    let sub = format!("{dir}/sub");
     assert!(
-        all.iter().all(|(_, p)| !p.contains("/sub/") && p != "sub"),
+        all.iter()
+            .all(|(_, p)| !p.starts_with(&format!("{sub}/")) && *p != sub),
         "a non-recursive watch reported inside a subdirectory: {all:?}"
     );
 
@@ -211,10 +228,16 @@ fn missing_path_and_a_file(mode: Mode) {
     );
 
     // A file can be watched too: its writes, then its removal end the watch.
+    // Live once it reports a chmod (its mode flipped until one is), which the
+    // write measured next cannot be mistaken for.
     let file = format!("{dir}/one.txt");
     std::fs::write(&file, b"1").unwrap();
     let req = host.send("files.watch", json!({"sandbox_id": id, "path": file}));
-    std::thread::sleep(Duration::from_millis(1500));
+    until_live(&host, &req, |n| {
+        let mode = if n % 2 == 0 { 0o600 } else { 0o644 };
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+        ("chmod", file.clone())
+    });
     let t = Instant::now();
     std::fs::write(&file, b"12").unwrap();
     assert!(seen(&host, &req, "write", &file, t) <= BOUND);

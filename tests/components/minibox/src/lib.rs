@@ -16,8 +16,11 @@
 //! `{exists}`. A box is `{id, template, state, metadata, created_at}`.
 //!
 //! Capabilities: `sandbox.lifecycle` (`sandbox-connect` is not implemented) and
-//! `files.rw` (`files-exists` only). Every other function answers `unsupported`
-//! at once, without I/O.
+//! `files.rw` (`files-exists` only; no `files-write-many`). Every other function
+//! answers `unsupported` at once, without I/O. minibox reports no tokens
+//! (`request.made`), as before the contract had them: nothing it does is undone by
+//! the host (a create cancelled while its POST is in flight may leave a box, which
+//! `sandbox-list` shows), and `undo` refuses any token.
 //!
 //! Test hooks: `sandbox-get-info(id)` with one of these ids observes the guest
 //! from inside instead of asking the server:
@@ -391,6 +394,15 @@ impl infra::GuestFileWriter for Never {
     }
 }
 
+impl infra::GuestBatchWriter for Never {
+    fn write(&self, _: Vec<u8>) -> R<()> {
+        match *self {}
+    }
+    fn finish(&self) -> R<Vec<FileInfo>> {
+        match *self {}
+    }
+}
+
 impl infra::GuestCodeStream for Never {
     fn next(&self) -> R<Option<Vec<CodeEvent>>> {
         match *self {}
@@ -414,6 +426,7 @@ impl Guest for Minibox {
     type FileWriter = Never;
     type WatchStream = Never;
     type CodeStream = Never;
+    type BatchWriter = Never;
 
     fn describe() -> ProviderInfo {
         ProviderInfo {
@@ -469,6 +482,13 @@ impl Guest for Minibox {
 
     fn check_settings() -> R<()> {
         Ok(())
+    }
+
+    fn undo(token: String) -> R<String> {
+        Err(error(
+            ErrorCode::InvalidArgument,
+            format!("minibox reports no tokens; `{token}` is not one of its own"),
+        ))
     }
 
     fn sandbox_create(req: CreateRequest) -> R<SandboxInfo> {
@@ -571,7 +591,7 @@ impl Guest for Minibox {
     fn files_write(_: String, _: String, _: u64, _: Option<u32>) -> R<infra::FileWriter> {
         Err(unsupported("files-write"))
     }
-    fn files_write_many(_: String, _: Vec<infra::FileUpload>) -> R<Vec<FileInfo>> {
+    fn files_write_many(_: String, _: Vec<infra::FileUpload>) -> R<infra::BatchWriter> {
         Err(unsupported("files-write-many"))
     }
     fn files_list(_: String, _: String, _: u32) -> R<Vec<FileInfo>> {

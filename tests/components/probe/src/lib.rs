@@ -14,6 +14,7 @@
 //! | `ws URL` | opens a WebSocket (with a forged key header), sends `hello`, answers the first reply (metadata `reply`) or `error` and `message` |
 //! | `memo` | put, get, forget, get again: metadata `after-put`, `after-forget` |
 //! | `memo-get KEY` | metadata `value`, when the memo holds KEY |
+//! | `begin KEY THEN` | puts `started:KEY` in the memo, then does the instruction THEN: a test waits for that key (`memo-get started:KEY`) to know the call has begun |
 //! | `sleep MS` | blocks on a monotonic-clock pollable for MS milliseconds |
 //! | `spin` | loops forever |
 //! | `alloc` | allocates memory without bound |
@@ -24,19 +25,31 @@
 //! | `memo-flood N SIZE` | puts N memo entries of SIZE bytes each under fresh keys |
 //! | `time-left` | answers a sandbox-info whose `sandbox-id` is the host's `request.time-left-ms`, or `none` |
 //!
-//! `sandbox-create` with `template` = `made ID THEN`: reports `ID` through
-//! `request.made`, then does the instruction THEN (`sleep MS`, `spin`, `trap`,
-//! `fail`: an `upstream` error). `sandbox-kill(ID)` records `undone:ID` in the memo,
-//! so a test can see that the host undid what an abandoned create made.
+//! Tokens (`request.made`, `request.settled`, `undo`):
+//!
+//! | token | reported by | settled by | `undo(token)` |
+//! |---|---|---|---|
+//! | `sandbox:ID` | `sandbox-create` with template `made ID THEN` | the create itself when THEN is `fail` | records `undone:ID` in the memo, answers `killed sandbox ID` |
+//! | `stuck:ID` | `sandbox-create` with template `stuck ID THEN` | the same | fails (`upstream`): `sandbox ID could not be killed; kill it with sandbox.kill ID` |
+//! | `command:ID` | a command stream, at `started(ID)` | the stream, at `exited` | records `killed:ID` in the memo, answers `killed command ID` |
+//!
+//! Any other token fails `undo` with `invalid-argument`.
+//!
+//! `sandbox-create` with template `made ID THEN` (or `stuck ID THEN`): reports its
+//! token, puts `started:ID` in the memo, then does the instruction THEN (`sleep MS`,
+//! `spin`, `trap`, `echo ID`, …), or for `fail` cleans up after itself: settles its
+//! token and fails (`upstream`), so there is nothing for the host to undo.
 //!
 //! `commands-run` with `cmd` = `stream N DELAY_MS`: `started("cmd-" + sandbox-id)`, then N
 //! stdout events `line I\n` DELAY_MS apart, then `exited(0)`; `empty-batches`: batches with
 //! no event, forever (the contract says at least one); `after-exit`: one batch of
-//! `started`, `exited(3)`, `stdout("late\n")`, `exited(4)`, then more output instead of none. `commands-kill` records
-//! `killed:COMMAND_ID` in the memo, so a test can see that the host stopped a cancelled
-//! command. `files-read` with `path` = `chunks N SIZE`: N chunks of SIZE bytes, the
-//! first all `a`, the next all `b`, and so on; `empty-chunks`: empty chunks forever;
-//! `liar N SIZE`: says its size is 1 byte, then delivers N chunks of SIZE bytes.
+//! `started`, `exited(3)`, `stdout("late\n")`, `exited(4)`, then more output instead of none.
+//! A stream reports `command:ID` when it hands out `started` and settles it with the first
+//! `exited`, so a command whose request fails before its exit is stopped through `undo`.
+//! `commands-kill` records `killed:COMMAND_ID` in the memo as `undo` does. `files-read` with
+//! `path` = `chunks N SIZE`: N chunks of SIZE bytes, the first all `a`, the next all `b`,
+//! and so on; `empty-chunks`: empty chunks forever; `liar N SIZE`: says its size is 1
+//! byte, then delivers N chunks of SIZE bytes.
 //!
 //! `describe` declares all 18 capabilities supported, and three settings:
 //! `base_url` (`EPP_PROBE_BASE_URL`), `label` (`EPP_PROBE_LABEL`) and the secret
@@ -146,6 +159,11 @@ fn number(what: &str, text: &str) -> R<u64> {
     })
 }
 
+/// Puts `key` in the memo (value `1`, for ten minutes): a mark a test reads back.
+fn put_flag(key: &str) {
+    memo::put(key, "1", 600_000);
+}
+
 fn sleep_ms(ms: u64) {
     wasip2::clocks::monotonic_clock::subscribe_duration(ms.saturating_mul(1_000_000)).block();
 }
@@ -172,6 +190,11 @@ fn instruction(id: &str) -> R<SandboxInfo> {
                 .map(|v| vec![kv("value", v)])
                 .unwrap_or_default(),
         )),
+        "begin" => {
+            let (key, then) = arg.split_once(' ').unwrap_or((arg, ""));
+            put_flag(&format!("started:{key}"));
+            instruction(then)
+        }
         "sleep" => {
             sleep_ms(number("sleep", arg)?);
             Ok(answer(id, Vec::new()))
@@ -372,6 +395,11 @@ enum Kind {
     AfterExit,
 }
 
+/// The token of a command: reported at `started`, settled at `exited`.
+fn command_token(id: &str) -> String {
+    format!("command:{id}")
+}
+
 /// `stream N DELAY_MS`: a command that prints N lines, DELAY_MS apart.
 pub struct CommandStream {
     kind: Kind,
@@ -381,10 +409,31 @@ pub struct CommandStream {
     /// 0 = `started` not sent yet; then the number of the next line.
     next: Cell<u64>,
     done: Cell<bool>,
+    /// Whether its token was settled (at its first `exited`).
+    settled: Cell<bool>,
 }
 
 impl infra::GuestCommandStream for CommandStream {
     fn next(&self) -> R<Option<Vec<CommandEvent>>> {
+        let events = self.events()?;
+        // What a provider does with a real command: a token once its id is
+        // handed out, settled once it has exited (the first exit counts).
+        for event in events.iter().flatten() {
+            match event {
+                CommandEvent::Started(id) => request::made(&command_token(id)),
+                CommandEvent::Exited(_) if !self.settled.replace(true) => {
+                    request::settled(&command_token(&self.id))
+                }
+                _ => {}
+            }
+        }
+        Ok(events)
+    }
+}
+
+impl CommandStream {
+    /// The next batch of events, as the instruction says.
+    fn events(&self) -> R<Option<Vec<CommandEvent>>> {
         match self.kind {
             Kind::Lines => {}
             Kind::EmptyBatches => return Ok(Some(Vec::new())),
@@ -490,6 +539,19 @@ impl infra::GuestWatchStream for WatchStream {
     }
 }
 
+/// Never made: the probe does not write files, one or many.
+pub enum NoBatch {}
+
+impl infra::GuestBatchWriter for NoBatch {
+    fn write(&self, _: Vec<u8>) -> R<()> {
+        match *self {}
+    }
+
+    fn finish(&self) -> R<Vec<FileInfo>> {
+        match *self {}
+    }
+}
+
 /// The probe never makes a code stream (it has no code.interpret).
 pub enum NoCode {}
 
@@ -508,6 +570,7 @@ impl Guest for Probe {
     type FileWriter = FileWriter;
     type WatchStream = WatchStream;
     type CodeStream = NoCode;
+    type BatchWriter = NoBatch;
 
     fn describe() -> ProviderInfo {
         ProviderInfo {
@@ -608,11 +671,12 @@ impl Guest for Probe {
             delay_ms,
             next: Cell::new(0),
             done: Cell::new(false),
+            settled: Cell::new(false),
         }))
     }
 
     fn commands_kill(_: String, command_id: String) -> R<()> {
-        memo::put(&format!("killed:{command_id}"), "1", 600_000);
+        put_flag(&format!("killed:{command_id}"));
         Ok(())
     }
 
@@ -646,14 +710,43 @@ impl Guest for Probe {
 
     fn sandbox_create(req: CreateRequest) -> R<SandboxInfo> {
         let template = req.template.unwrap_or_default();
-        let Some(("made", rest)) = template.split_once(' ') else {
+        let (kind, rest) = template.split_once(' ').unwrap_or((&template, ""));
+        if !matches!(kind, "made" | "stuck") {
             return Err(unsupported("sandbox-create"));
-        };
+        }
         let (id, then) = rest.split_once(' ').unwrap_or((rest, "fail"));
-        request::made(id);
+        let token = format!("{}:{id}", if kind == "made" { "sandbox" } else { "stuck" });
+        request::made(&token);
+        put_flag(&format!("started:{id}"));
         match then {
-            "fail" => Err(error(ErrorCode::Upstream, format!("probe: {id} failed"))),
+            "fail" => {
+                // Failed on its own: the provider cleans up itself, so the host
+                // has nothing to undo.
+                request::settled(&token);
+                Err(error(ErrorCode::Upstream, format!("probe: {id} failed")))
+            }
             then => instruction(then),
+        }
+    }
+
+    fn undo(token: String) -> R<String> {
+        match token.split_once(':') {
+            Some(("sandbox", id)) => {
+                put_flag(&format!("undone:{id}"));
+                Ok(format!("killed sandbox {id}"))
+            }
+            Some(("stuck", id)) => Err(error(
+                ErrorCode::Upstream,
+                format!("sandbox {id} could not be killed; kill it with sandbox.kill {id}"),
+            )),
+            Some(("command", id)) => {
+                put_flag(&format!("killed:{id}"));
+                Ok(format!("killed command {id}"))
+            }
+            _ => Err(error(
+                ErrorCode::InvalidArgument,
+                format!("probe: `{token}` is not a token of the probe's"),
+            )),
         }
     }
     fn sandbox_connect(_: String) -> R<SandboxInfo> {
@@ -662,9 +755,8 @@ impl Guest for Probe {
     fn sandbox_list(_: ListRequest) -> R<Vec<SandboxInfo>> {
         Err(unsupported("sandbox-list"))
     }
-    fn sandbox_kill(sandbox_id: String) -> R<()> {
-        memo::put(&format!("undone:{sandbox_id}"), "1", 600_000);
-        Ok(())
+    fn sandbox_kill(_: String) -> R<()> {
+        Err(unsupported("sandbox-kill"))
     }
     fn sandbox_set_timeout(_: String, _: u32) -> R<String> {
         Err(unsupported("sandbox-set-timeout"))
@@ -711,7 +803,7 @@ impl Guest for Probe {
     fn files_write(_: String, _: String, _: u64, _: Option<u32>) -> R<infra::FileWriter> {
         Err(unsupported("files-write"))
     }
-    fn files_write_many(_: String, _: Vec<infra::FileUpload>) -> R<Vec<FileInfo>> {
+    fn files_write_many(_: String, _: Vec<infra::FileUpload>) -> R<infra::BatchWriter> {
         Err(unsupported("files-write-many"))
     }
     fn files_list(_: String, _: String, _: u32) -> R<Vec<FileInfo>> {
