@@ -187,10 +187,10 @@ fn ctrl_c_cancels_the_request() {
     );
     let (status, rest, stderr) = out;
     assert_eq!(status.code(), Some(1), "{stderr}");
+    // The cancelled command was stopped in the sandbox (the probe's undo).
     assert!(
-        stderr
-            .lines()
-            .any(|l| l == "error E4999 (-32800): request cancelled by epp.cancel"),
+        stderr.lines().any(|l| l
+            == "error E4999 (-32800): request cancelled by epp.cancel; undone: killed command cmd-sb"),
         "{stderr}"
     );
     assert!(
