@@ -30,9 +30,11 @@ use wasmtime_wasi_http::{
 /// Longest time a connection attempt may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a connection may sit idle and still carry a request that is not
-/// idempotent (`POST`). Well under the shortest common server keep-alive
-/// (gunicorn 2 s, uvicorn and Node 5 s), so the server is not closing it for
-/// idleness just as the request goes out.
+/// idempotent (`POST`): a host constant for any backend. A server may close an
+/// idle connection at any moment after its keep-alive, and a `POST` sent into
+/// a closing connection is lost without knowing whether it ran; 1 s is under
+/// the keep-alive of every common HTTP server (their defaults are 2 s and
+/// more), so such a race needs a server configured below that.
 pub const POST_REUSE_IDLE: Duration = Duration::from_secs(1);
 /// Upper bound for the guest's first-byte and between-bytes timeouts.
 const MAX_IO_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -126,7 +128,7 @@ impl HttpClient {
             .wrap_connector(http);
         // The idle timeout needs a timer to run at all: without one, a pooled
         // connection to an endpoint that is never asked again (a killed
-        // sandbox's execd, in direct mode) stays in the pool for good.
+        // sandbox's endpoint, say) stays in the pool for good.
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(30))
@@ -246,7 +248,7 @@ impl WasiHttpHooks for Outbound {
                     Ok(Err(err)) => return Err(map_client_error(&dest, err)),
                     Err(_) => return Err(HttpError::ConnectionReadTimeout),
                 };
-                // A body of unknown length is a stream (execd's command events):
+                // A body of unknown length is a stream (events, logs, output):
                 // read it ahead so the guest gets many small chunks at once.
                 let streamed = !response
                     .headers()

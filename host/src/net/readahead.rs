@@ -1,12 +1,14 @@
 //! Read-ahead for streamed (chunked) response bodies.
 //!
 //! hyper hands a response body over one chunk at a time and decodes the next
-//! chunk only once the previous one was taken. execd sends every command event
-//! as a chunk of its own, so a guest reading a command's output would cross
-//! into the host, and wait for hyper's connection task, once per event (one
-//! `commands.output` notification per line of output). Here a pump task takes
-//! chunks as they arrive, up to a byte budget, and `poll_frame` hands out
-//! everything already pumped as one frame (at most `MAX_FRAME` bytes).
+//! chunk only once the previous one was taken. A server that streams events
+//! (server-sent events, logs, a command's output) commonly writes each event
+//! as a chunk of its own, so a guest reading such a stream would cross into
+//! the host, and wait for hyper's connection task, once per event. Here a pump
+//! task takes chunks as they arrive, up to a byte budget, and `poll_frame`
+//! hands out everything already pumped as one frame (at most `MAX_FRAME`
+//! bytes). The constants hold for any provider and backend: they bound host
+//! memory per stream and the bytes copied into a guest per read.
 //!
 //! Nothing else changes for the reader: frames keep their order, errors and
 //! trailers are passed on as they come. When the reader drops the body early
@@ -26,7 +28,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-/// Largest frame handed out at once (the guest reads execd's stream in 256 KiB).
+/// Largest frame handed out at once: what one guest read of the body may copy
+/// into its memory (a quarter of wasi:http's 1 MiB body chunk), whatever the
+/// guest asks for; a larger read gets the rest on its next call.
 const MAX_FRAME: usize = 256 << 10;
 /// Bytes pumped ahead of the reader at most (memory per streamed response).
 /// Measured on a 64 MiB stream: with 256 KiB the pump stalled often and the

@@ -50,6 +50,14 @@ struct InputSender {
 const INPUT_BYTES: usize = 8 << 20;
 /// Input items queued for one request at most, whatever their size.
 const INPUT_QUEUE: usize = 64;
+/// Bytes of big request lines (`BIG_LINE` and more) whose requests may be in
+/// flight at once: their params are held several times on the way into the
+/// provider (the JSON, the decoded bytes, the guest's copy), so without a bound
+/// a client sending many of them at once could take all memory. Past it, the
+/// reader waits (back-pressure on stdin) until one of them finishes.
+const PARAMS_BYTES: usize = 256 << 20;
+/// Lines shorter than this never wait for the budget.
+const BIG_LINE: usize = 1 << 20;
 
 impl InputSender {
     /// Queues `params` (from a line of `len` bytes), waiting for room.
@@ -85,6 +93,8 @@ pub struct Server {
     /// Signalled whenever a request finishes.
     finished: Notify,
     slots: Arc<Semaphore>,
+    /// Bytes of big request lines whose requests are in flight (`PARAMS_BYTES`).
+    params: Arc<Semaphore>,
     background: Arc<Mutex<tokio::task::JoinSet<()>>>,
     shutdown: Notify,
 }
@@ -101,6 +111,7 @@ impl Server {
             runtime,
             out,
             slots: Arc::new(Semaphore::new(opts.max_concurrent)),
+            params: Arc::new(Semaphore::new(PARAMS_BYTES)),
             opts,
             inflight: Mutex::new(HashMap::new()),
             finished: Notify::new(),
@@ -145,7 +156,11 @@ impl Server {
             }
         };
         match parse(&bytes) {
-            Incoming::Request { id, method, params } => self.dispatch(id, method, params).await,
+            Incoming::Request { id, method, params } => {
+                let held = self.hold_params(bytes.len()).await;
+                drop(bytes);
+                self.dispatch(id, method, params, held).await
+            }
             Incoming::Notification { method, params } => match method.as_str() {
                 transport::CANCEL => {
                     self.cancel(&params);
@@ -238,7 +253,22 @@ impl Server {
         }
     }
 
-    async fn dispatch(self: &Arc<Self>, id: Value, method: String, params: Map<String, Value>) {
+    /// A big line's share of `PARAMS_BYTES`, waited for; none for a small one.
+    async fn hold_params(&self, len: usize) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        if len < BIG_LINE {
+            return None;
+        }
+        let share = len.min(PARAMS_BYTES) as u32;
+        self.params.clone().acquire_many_owned(share).await.ok()
+    }
+
+    async fn dispatch(
+        self: &Arc<Self>,
+        id: Value,
+        method: String,
+        params: Map<String, Value>,
+        held: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) {
         match method.as_str() {
             transport::CANCEL => {
                 let answer = match self.cancel(&params) {
@@ -324,6 +354,7 @@ impl Server {
             async move {
                 server.run(id, method, params, rx, input_rx).await;
                 drop(permit);
+                drop(held);
                 server.inflight.lock().expect("lock").remove(&key);
                 server.finished.notify_waiters();
             }
