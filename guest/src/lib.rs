@@ -26,6 +26,7 @@ mod sse;
 mod stdin;
 mod time;
 mod transfer;
+mod undo;
 mod unsupported;
 mod watch;
 
@@ -72,6 +73,7 @@ impl Guest for Provider {
     type FileWriter = files::FileWriter;
     type WatchStream = watch::WatchStream;
     type CodeStream = code::CodeStream;
+    type BatchWriter = files_many::BatchWriter;
 
     fn describe() -> ProviderInfo {
         ProviderInfo {
@@ -130,6 +132,10 @@ impl Guest for Provider {
 
     fn check_settings() -> R<()> {
         config::settings().map(drop)
+    }
+
+    fn undo(token: String) -> R<String> {
+        undo::undo(&token)
     }
 
     fn sandbox_create(req: CreateRequest) -> R<SandboxInfo> {
@@ -218,8 +224,11 @@ impl Guest for Provider {
     ) -> R<infra::FileWriter> {
         files::write(&sandbox_id, &path, size, mode).map(infra::FileWriter::new)
     }
-    fn files_write_many(sandbox_id: String, files: Vec<infra::FileUpload>) -> R<Vec<FileInfo>> {
-        files_many::write_many(&sandbox_id, files)
+    fn files_write_many(
+        sandbox_id: String,
+        files: Vec<infra::FileUpload>,
+    ) -> R<infra::BatchWriter> {
+        files_many::write_many(&sandbox_id, files).map(infra::BatchWriter::new)
     }
     fn files_list(sandbox_id: String, path: String, depth: u32) -> R<Vec<FileInfo>> {
         files::list(&sandbox_id, &path, depth)
@@ -324,6 +333,15 @@ impl Guest for Provider {
     }
     fn sessions_close(sandbox_id: String, session_id: String) -> R<()> {
         sessions::close(&sandbox_id, &session_id)
+    }
+}
+
+impl infra::GuestBatchWriter for files_many::BatchWriter {
+    fn write(&self, chunk: Vec<u8>) -> R<()> {
+        files_many::BatchWriter::write(self, chunk)
+    }
+    fn finish(&self) -> R<Vec<FileInfo>> {
+        files_many::BatchWriter::finish(self)
     }
 }
 

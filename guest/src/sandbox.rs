@@ -9,6 +9,7 @@ use crate::execd::Execd;
 use crate::lifecycle::Lifecycle;
 use crate::models::{CreateSandboxRequest, ImageAuth, ImageSpec, PlatformSpec, Sandbox};
 use crate::time::{monotonic_ms, now_unix, rfc3339, sleep_ms};
+use crate::undo::Token;
 use opensandbox_settings::Settings;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -250,13 +251,14 @@ pub fn create(req: CreateRequest) -> Result<SandboxInfo> {
     // The server pulls the image inside this call.
     let created = lifecycle.create(&body, Duration::from_millis(post))?;
     let id = created.id.clone();
-    // From here on the sandbox exists: if this call is abandoned (cancelled,
-    // stopped at its deadline) the host deletes it (`undo=sandbox-kill`).
-    request::made(&id);
+    // From here on the sandbox exists: if the request fails without this call
+    // deleting it (cancelled, stopped at its deadline) the host undoes it.
+    let token = Token::Sandbox(id.clone());
+    token.made();
     if matches!(created.status.state.as_str(), "Failed" | "Terminated") {
-        let _ = lifecycle.delete(&id);
+        let deleted = discard(&lifecycle, &token);
         return Err(error::upstream(format!(
-            "sandbox {id} could not start ({}: {}); it was deleted",
+            "sandbox {id} could not start ({}: {}); {deleted}",
             created.status.reason.unwrap_or_default(),
             created.status.message.unwrap_or_default()
         )));
@@ -264,22 +266,37 @@ pub fn create(req: CreateRequest) -> Result<SandboxInfo> {
     match wait_ready(&lifecycle, &id, budget) {
         Ok(Ok(())) => {}
         Ok(Err(last)) => {
-            let _ = lifecycle.delete(&id);
+            let deleted = discard(&lifecycle, &token);
             return Err(error::timed_out(format!(
-                "sandbox {id} was not ready within {} s (last seen: {last}); it was deleted. \
+                "sandbox {id} was not ready within {} s (last seen: {last}); {deleted}. \
                  Raise ready_timeout or ABX_OPENSANDBOX_READY_TIMEOUT if images are slow to start",
                 budget / 1000
             )));
         }
         Err(mut e) => {
-            if lifecycle.delete(&id).is_ok() {
-                e.message = format!("{} (sandbox.create deleted sandbox {id})", e.message);
-            }
+            e.message = format!(
+                "{} (sandbox.create: {})",
+                e.message,
+                discard(&lifecycle, &token)
+            );
             return Err(e);
         }
     }
     let fresh = lifecycle.get(&id).unwrap_or(created);
     info(fresh, Some(&image))
+}
+
+/// Deletes the sandbox of a create that cannot finish, and says so. Once it
+/// is gone its token is settled; otherwise the host's undo tries again.
+fn discard(lifecycle: &Lifecycle, token: &Token) -> &'static str {
+    let Token::Sandbox(id) = token;
+    match lifecycle.delete(id) {
+        Err(e) if e.code != ErrorCode::NotFound => "deleting it failed",
+        _ => {
+            token.settled();
+            "it was deleted"
+        }
+    }
 }
 
 pub fn connect(id: &str) -> Result<SandboxInfo> {
