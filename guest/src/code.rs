@@ -12,13 +12,12 @@
 //! remembered when it is created here and asked of execd otherwise.
 
 use crate::bindings::abx::epp::memo;
-use crate::bindings::abx::epp::types::EppError;
 use crate::bindings::exports::abx::epp::infra::{
-    CodeContext, CodeError, CodeEvent, CodeOutput, CodeRequest, CodeResult, GuestCodeStream,
+    CodeContext, CodeError, CodeEvent, CodeOutput, CodeRequest, CodeResult,
 };
 use crate::commands;
 use crate::config;
-use crate::error::{self, Result, invalid, not_found};
+use crate::error::{self, Error, Result, invalid, not_found};
 use crate::execd::Execd;
 use crate::http::{Response, Timeouts, encode};
 use crate::lifecycle::check_id;
@@ -123,7 +122,7 @@ fn forget_context(sandbox_id: &str, context_id: &str) {
 
 // ------------------------------------------------------------------ errors
 
-fn no_kernels(sandbox_id: &str) -> EppError {
+fn no_kernels(sandbox_id: &str) -> Error {
     error::unsupported(
         "code.interpret",
         &format!(
@@ -135,14 +134,14 @@ fn no_kernels(sandbox_id: &str) -> EppError {
     )
 }
 
-fn no_context(sandbox_id: &str, context_id: &str) -> EppError {
+fn no_context(sandbox_id: &str, context_id: &str) -> Error {
     not_found(format!(
         "code context {context_id} does not exist in sandbox {sandbox_id} (it was removed or \
          restarted, or never created there); code.list_contexts shows the sandbox's contexts"
     ))
 }
 
-fn busy(sandbox_id: &str, what: &str) -> EppError {
+fn busy(sandbox_id: &str, what: &str) -> Error {
     let what = what.trim_end_matches(&format!(" in sandbox {sandbox_id}"));
     error::conflict(format!(
         "{what} in sandbox {sandbox_id} is running other code (execd refuses a second run \
@@ -183,7 +182,7 @@ fn refusal(status: u16, text: &str) -> Refusal {
 }
 
 /// execd's answer to a `/code` request that failed before it started.
-fn refused(execd: &Execd, resp: Response, context: Option<&str>, language: &str) -> EppError {
+fn refused(execd: &Execd, resp: Response, context: Option<&str>, language: &str) -> Error {
     let status = resp.status;
     let body = resp.read_all(64 * 1024).unwrap_or_default();
     let sandbox_id = &execd.sandbox_id;
@@ -638,7 +637,7 @@ impl RunState {
 
     /// The run passed its timeout: its kernel is interrupted (the context and its
     /// state stay) and the caller gets E5004.
-    fn time_out(&mut self, timeout_ms: u64) -> EppError {
+    fn time_out(&mut self, timeout_ms: u64) -> Error {
         self.finished = true;
         let target = self.target();
         let interrupted = match self.context_id.clone() {
@@ -722,8 +721,8 @@ impl RunState {
     }
 }
 
-impl GuestCodeStream for CodeStream {
-    fn next(&self) -> Result<Option<Vec<CodeEvent>>> {
+impl CodeStream {
+    pub fn next(&self) -> Result<Option<Vec<CodeEvent>>> {
         self.0.borrow_mut().next_batch()
     }
 }

@@ -1,11 +1,10 @@
 //! exec.run and exec.stream over execd's `POST /command`, plus background
 //! commands, status, logs and interrupt.
 
-use crate::bindings::abx::epp::types::{EppError, ErrorCode};
 use crate::bindings::exports::abx::epp::infra::{
-    CommandEvent, CommandExit, CommandLogs, CommandRequest, CommandStatus, GuestCommandStream,
+    CommandEvent, CommandExit, CommandLogs, CommandRequest, CommandStatus,
 };
-use crate::error::{self, Result, invalid, not_found};
+use crate::error::{self, Error, Kind, Result, invalid, not_found};
 use crate::execd::Execd;
 use crate::http::{Timeouts, encode};
 use crate::lifecycle::{Lifecycle, check_id};
@@ -82,7 +81,7 @@ fn start(execd: &mut Execd, req: &CommandRequest, background: bool) -> Result<Fr
             &body,
         )
         .map_err(|e| match req.timeout_ms {
-            Some(ms) if e.code == ErrorCode::TimedOut => error::timed_out(format!(
+            Some(ms) if e.is(Kind::TimedOut) => error::timed_out(format!(
                 "sandbox {} did not answer the command within its timeout of {} s; a paused \
              sandbox does not answer (resume it with sandbox.resume), else retry or raise \
              the timeout",
@@ -350,8 +349,8 @@ impl StreamState {
 /// the server still shows it running but its execd does not answer, it may be
 /// going away: asked again, for about a second. A lost connection to a live
 /// sandbox stays `e`.
-pub(crate) fn broken_off(sandbox_id: &str, what: &str, e: EppError) -> EppError {
-    if e.code == ErrorCode::TimedOut {
+pub(crate) fn broken_off(sandbox_id: &str, what: &str, e: Error) -> Error {
+    if e.is(Kind::TimedOut) {
         return e;
     }
     let Ok(lifecycle) = Lifecycle::new() else {
@@ -364,7 +363,7 @@ pub(crate) fn broken_off(sandbox_id: &str, what: &str, e: EppError) -> EppError 
     };
     for attempt in 0..4 {
         match lifecycle.get(sandbox_id) {
-            Err(gone) if gone.code == ErrorCode::NotFound => {
+            Err(gone) if gone.is(Kind::NotFound) => {
                 Execd::forget(sandbox_id);
                 return not_found(format!(
                     "sandbox {sandbox_id} was deleted (or expired) while {what} ran; its output ends here"
@@ -390,8 +389,8 @@ pub(crate) fn broken_off(sandbox_id: &str, what: &str, e: EppError) -> EppError 
     e
 }
 
-impl GuestCommandStream for CommandStream {
-    fn next(&self) -> Result<Option<Vec<CommandEvent>>> {
+impl CommandStream {
+    pub fn next(&self) -> Result<Option<Vec<CommandEvent>>> {
         match self {
             CommandStream::Sse(inner) => inner.borrow_mut().next_batch(),
             CommandStream::Pipe(pipe) => pipe.next(),

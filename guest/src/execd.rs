@@ -3,9 +3,8 @@
 //! host-wide for a while; the endpoint's headers go on every request.
 
 use crate::bindings::abx::epp::memo;
-use crate::bindings::abx::epp::types::EppError;
 use crate::config;
-use crate::error::{self, Result};
+use crate::error::{self, Error, Result};
 use crate::http::{Request, Response, Transport, Url};
 use crate::lifecycle::{Lifecycle, check_id};
 use crate::models::Endpoint;
@@ -23,6 +22,9 @@ pub struct Execd {
     base: String,
     headers: Vec<(String, String)>,
     target: String,
+    /// The settings a refused endpoint's message names.
+    origin: String,
+    use_server_proxy: bool,
 }
 
 fn memo_key(sandbox_id: &str) -> Result<String> {
@@ -91,14 +93,21 @@ impl Execd {
             base: endpoint_url(endpoint)?,
             headers,
             target: format!("sandbox {sandbox_id}"),
+            origin: settings.origin.to_string(),
+            use_server_proxy: settings.use_server_proxy,
         })
     }
 
     /// The error for a request to this execd that never got an answer: a
     /// refusal by the host's policy names the endpoint's host and what allows it.
-    pub fn transport(&self, t: Transport) -> EppError {
+    pub fn transport(&self, t: Transport) -> Error {
         match t {
-            Transport::Denied => error::endpoint_denied(&self.sandbox_id, &self.base),
+            Transport::Denied => error::endpoint_denied(
+                &self.sandbox_id,
+                &self.base,
+                Some(&self.origin),
+                self.use_server_proxy,
+            ),
             t => error::transport(t, &self.target),
         }
     }

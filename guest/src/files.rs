@@ -2,11 +2,8 @@
 //! the download body chunk by chunk, a writer streams the multipart upload with
 //! an exact Content-Length (which proxies in front of execd need).
 
-use crate::bindings::abx::epp::types::ErrorCode;
-use crate::bindings::exports::abx::epp::infra::{
-    ByteRange, FileInfo, FileType, GuestFileReader, GuestFileWriter,
-};
-use crate::error::{self, Result, conflict, invalid, not_found};
+use crate::bindings::exports::abx::epp::infra::{ByteRange, FileInfo, FileType};
+use crate::error::{self, Error, Kind, Result, conflict, invalid, not_found};
 use crate::execd::Execd;
 use crate::http::{BodyReader, Timeouts, Upload, encode};
 use crate::models::{ExecdFileInfo, Move, UploadMetadata};
@@ -69,18 +66,12 @@ pub(crate) fn file_info(raw: ExecdFileInfo) -> FileInfo {
     }
 }
 
-fn missing(
-    sandbox_id: &str,
-    path: &str,
-) -> impl Fn(crate::bindings::abx::epp::types::EppError) -> crate::bindings::abx::epp::types::EppError
-{
+/// A 404 about `path` says so in plain words (the HTTP answer kept).
+fn missing(sandbox_id: &str, path: &str) -> impl Fn(Error) -> Error {
     let message = format!("{path} does not exist in sandbox {sandbox_id}");
     move |e| {
-        if e.code == ErrorCode::NotFound {
-            let mut e2 = not_found(message.clone());
-            e2.http_status = e.http_status;
-            e2.upstream_code = e.upstream_code;
-            e2
+        if e.is(Kind::NotFound) {
+            e.reworded(Kind::NotFound, message.clone())
         } else {
             e
         }
@@ -113,7 +104,7 @@ pub fn exists(sandbox_id: &str, path: &str) -> Result<bool> {
     let mut execd = Execd::connect(sandbox_id)?;
     match info_of(&mut execd, path) {
         Ok(_) => Ok(true),
-        Err(e) if e.code == ErrorCode::NotFound => Ok(false),
+        Err(e) if e.is(Kind::NotFound) => Ok(false),
         Err(e) => Err(e),
     }
 }
@@ -252,7 +243,7 @@ pub fn make_dir(sandbox_id: &str, path: &str) -> Result<bool> {
                 "{path} exists in sandbox {sandbox_id} and is not a directory"
             )));
         }
-        Err(e) if e.code == ErrorCode::NotFound => {}
+        Err(e) if e.is(Kind::NotFound) => {}
         Err(e) => return Err(e),
     }
     let body = serde_json::json!({ path: {"mode": mode_to_execd(DIR_MODE)} }).to_string();
@@ -318,12 +309,12 @@ pub struct FileReader {
     target: String,
 }
 
-impl GuestFileReader for FileReader {
-    fn size(&self) -> Option<u64> {
+impl FileReader {
+    pub fn size(&self) -> Option<u64> {
         self.size
     }
 
-    fn read(&self, max: u32) -> Result<Option<Vec<u8>>> {
+    pub fn read(&self, max: u32) -> Result<Option<Vec<u8>>> {
         let mut inner = self.inner.borrow_mut();
         let Some(body) = inner.as_mut() else {
             return Ok(None);
@@ -486,8 +477,8 @@ pub fn write(sandbox_id: &str, path: &str, size: u64, mode: Option<u32>) -> Resu
     })
 }
 
-impl GuestFileWriter for FileWriter {
-    fn write(&self, chunk: Vec<u8>) -> Result<()> {
+impl FileWriter {
+    pub fn write(&self, chunk: Vec<u8>) -> Result<()> {
         let mut inner = self.inner.borrow_mut();
         let Some(state) = inner.as_mut() else {
             return Err(invalid("this writer is already finished or failed"));
@@ -508,7 +499,7 @@ impl GuestFileWriter for FileWriter {
         Ok(())
     }
 
-    fn finish(&self) -> Result<FileInfo> {
+    pub fn finish(&self) -> Result<FileInfo> {
         let Some(mut state) = self.inner.borrow_mut().take() else {
             return Err(invalid("this writer is already finished or failed"));
         };
@@ -574,7 +565,7 @@ mod tests {
             ("*.py/**", "directory part"),
         ] {
             let e = check_pattern(bad).expect_err(bad);
-            assert_eq!(e.code, ErrorCode::InvalidArgument);
+            assert_eq!(e.kind, Kind::Invalid);
             assert!(e.message.contains(says), "{bad}: {}", e.message);
         }
     }

@@ -9,9 +9,8 @@
 //! sizes are known up front, so the body has an exact Content-Length (proxies
 //! in front of execd need one), as for a single file (`files::FileWriter`).
 
-use crate::bindings::abx::epp::types::EppError;
 use crate::bindings::exports::abx::epp::infra::{FileInfo, FileUpload};
-use crate::error::{self, Result, invalid, upstream};
+use crate::error::{self, Error, Result, invalid, upstream};
 use crate::execd::Execd;
 use crate::files::{boundary, check_write, close, file_info, pair_head, start_upload};
 use crate::http::{Response, Upload, encode};
@@ -287,7 +286,7 @@ impl BatchWriter {
 /// messages ("error copying file PATH. …"), so the longest listed path that the
 /// message holds is the one (a shorter one may be its prefix; execd writes `~`
 /// expanded).
-fn refused(execd: &Execd, resp: Response, files: &[Part]) -> EppError {
+fn refused(execd: &Execd, resp: Response, files: &[Part]) -> Error {
     let status = resp.status;
     let body = resp.read_all(64 * 1024).unwrap_or_default();
     let text = String::from_utf8_lossy(&body);
@@ -358,7 +357,7 @@ fn infos(execd: &mut Execd, files: &[Part]) -> Result<Vec<FileInfo>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bindings::abx::epp::types::ErrorCode;
+    use crate::error::Kind;
 
     fn file(path: &str, size: u64) -> FileUpload {
         FileUpload {
@@ -370,7 +369,7 @@ mod tests {
 
     fn refusal(files: &[FileUpload]) -> String {
         let e = check_list(files).expect_err("refused");
-        assert_eq!(e.code, ErrorCode::InvalidArgument);
+        assert_eq!(e.kind, Kind::Invalid);
         e.message
     }
 

@@ -1,10 +1,9 @@
 //! sandbox.lifecycle, sandbox.timeout and sandbox.pause.
 
 use crate::bindings::abx::epp::request;
-use crate::bindings::abx::epp::types::ErrorCode;
 use crate::bindings::exports::abx::epp::infra::{CreateRequest, ListRequest, SandboxInfo};
 use crate::config;
-use crate::error::{self, Result, conflict, invalid};
+use crate::error::{self, Error, Kind, Result, conflict, invalid};
 use crate::execd::Execd;
 use crate::lifecycle::Lifecycle;
 use crate::models::{CreateSandboxRequest, ImageAuth, ImageSpec, PlatformSpec, Sandbox};
@@ -155,12 +154,12 @@ fn wait_ready(
                 last = "execd does not answer /ping yet".into();
             }
             Err(e)
-                if e.http_status == Some(404)
-                    && e.upstream_code.as_deref() != Some("KUBERNETES::POD_IP_NOT_AVAILABLE") =>
+                if e.status() == Some(404)
+                    && e.upstream_code() != Some("KUBERNETES::POD_IP_NOT_AVAILABLE") =>
             {
                 return Err(e);
             }
-            Err(e) if e.http_status.is_some_and(|s| s != 404) => return Err(e),
+            Err(e) if e.status().is_some_and(|s| s != 404) => return Err(e),
             Err(e) => last = e.message,
         }
         // Every few polls, ask the server whether the sandbox gave up.
@@ -241,11 +240,11 @@ pub fn create(req: CreateRequest) -> Result<SandboxInfo> {
     let post =
         post_wait(budget, request::time_left_ms(), req.ready_timeout.is_some()).map_err(|why| {
             let code = if req.ready_timeout.is_some() {
-                ErrorCode::InvalidArgument
+                Kind::Invalid
             } else {
-                ErrorCode::Configuration
+                Kind::Configuration
             };
-            error::err(code, why)
+            Error::new(code, why)
         })?;
     let lifecycle = Lifecycle::new()?;
     // The server pulls the image inside this call.
@@ -291,7 +290,7 @@ pub fn create(req: CreateRequest) -> Result<SandboxInfo> {
 fn discard(lifecycle: &Lifecycle, token: &Token) -> &'static str {
     let Token::Sandbox(id) = token;
     match lifecycle.delete(id) {
-        Err(e) if e.code != ErrorCode::NotFound => "deleting it failed",
+        Err(e) if !e.is(Kind::NotFound) => "deleting it failed",
         _ => {
             token.settled();
             "it was deleted"

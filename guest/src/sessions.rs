@@ -13,7 +13,7 @@
 //! session another created.
 
 use crate::commands::{self, CommandStream};
-use crate::error::{self, Result, invalid, not_found};
+use crate::error::{self, Error, Result, invalid, not_found};
 use crate::execd::Execd;
 use crate::http::encode;
 use crate::lifecycle::check_id;
@@ -39,7 +39,7 @@ struct Run<'a> {
     timeout: Option<u64>,
 }
 
-fn gone(sandbox_id: &str, session_id: &str) -> crate::bindings::abx::epp::types::EppError {
+fn gone(sandbox_id: &str, session_id: &str) -> Error {
     not_found(format!(
         "session {session_id} does not exist in sandbox {sandbox_id} (it was closed, or never \
          created there); create one with sessions.create"

@@ -251,7 +251,7 @@ pub fn send_input(sandbox_id: &str, command_id: &str, data: Vec<u8>) -> Result<(
     let mut frame = Vec::with_capacity(data.len() + 1);
     frame.push(0);
     frame.extend_from_slice(&data);
-    websocket::send(&key, &Message::Binary(frame))
+    Ok(websocket::send(&key, &Message::Binary(frame))?)
 }
 
 pub fn kill(sandbox_id: &str, pty_id: &str) -> Result<()> {

@@ -5,8 +5,7 @@
 //! - `sandbox:ID`: a sandbox this request made; undone by killing it.
 
 use crate::bindings::abx::epp::request;
-use crate::bindings::abx::epp::types::ErrorCode;
-use crate::error::{Result, invalid};
+use crate::error::{Kind, Result, invalid};
 use crate::lifecycle::{Lifecycle, check_id};
 
 /// Something a request set going that must not outlive the request if it fails.
@@ -54,7 +53,7 @@ pub fn undo(token: &str) -> Result<String> {
     match Token::parse(token)? {
         Token::Sandbox(id) => match Lifecycle::new()?.delete(&id) {
             Ok(()) => Ok(format!("killed sandbox {id}")),
-            Err(e) if e.code == ErrorCode::NotFound => Ok(format!("sandbox {id} was already gone")),
+            Err(e) if e.is(Kind::NotFound) => Ok(format!("sandbox {id} was already gone")),
             Err(mut e) => {
                 e.message = format!(
                     "sandbox {id} is left: kill it with sandbox.kill, or it expires after its \
@@ -84,7 +83,7 @@ mod tests {
             "disk:x",
         ] {
             let e = Token::parse(bad).expect_err(bad);
-            assert_eq!(e.code, ErrorCode::InvalidArgument, "{bad}");
+            assert_eq!(e.kind, Kind::Invalid, "{bad}");
         }
     }
 }
