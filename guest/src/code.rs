@@ -22,6 +22,7 @@ use crate::execd::Execd;
 use crate::http::{Response, Timeouts, encode};
 use crate::lifecycle::check_id;
 use crate::models::ExecEvent;
+use crate::refusal::{self, Refusal};
 use crate::sse::{Frame, FrameReader};
 use crate::time::monotonic_ms;
 use serde::{Deserialize, Serialize};
@@ -150,43 +151,12 @@ fn busy(sandbox_id: &str, what: &str) -> Error {
     ))
 }
 
-/// What execd's refusal of a `/code` request says: all its refusals are HTTP
-/// 500 `RUNTIME_ERROR`, told apart by their words.
-#[derive(Debug, PartialEq)]
-enum Refusal {
-    /// "language runtime server not configured": no Jupyter server behind execd.
-    NoKernels,
-    /// "context not found".
-    NoContext,
-    /// "session is busy" (also sent as a bare error after `init`).
-    Busy,
-    /// "unknown language".
-    UnknownLanguage,
-    Other,
-}
-
-fn refusal(status: u16, text: &str) -> Refusal {
-    const WORDS: [(&str, Refusal); 4] = [
-        ("runtime server not configured", Refusal::NoKernels),
-        ("context not found", Refusal::NoContext),
-        ("session is busy", Refusal::Busy),
-        ("unknown language", Refusal::UnknownLanguage),
-    ];
-    if status != 500 {
-        return Refusal::Other;
-    }
-    WORDS
-        .into_iter()
-        .find(|(words, _)| text.contains(words))
-        .map_or(Refusal::Other, |(_, refusal)| refusal)
-}
-
 /// execd's answer to a `/code` request that failed before it started.
 fn refused(execd: &Execd, resp: Response, context: Option<&str>, language: &str) -> Error {
     let status = resp.status;
     let body = resp.read_all(64 * 1024).unwrap_or_default();
     let sandbox_id = &execd.sandbox_id;
-    match refusal(status, &String::from_utf8_lossy(&body)) {
+    match refusal::of_answer(status, &body) {
         Refusal::NoKernels => {
             remember_kernels(sandbox_id, false);
             no_kernels(sandbox_id)
@@ -203,7 +173,7 @@ fn refused(execd: &Execd, resp: Response, context: Option<&str>, language: &str)
             "sandbox {sandbox_id} does not know the language `{language}`; code.languages lists \
              the languages its kernels serve"
         )),
-        Refusal::Other => error::status(status, &body, execd.target(), "a code run"),
+        _ => error::status(status, &body, execd.target(), "a code run"),
     }
 }
 
@@ -239,9 +209,8 @@ fn require_kernels(execd: &mut Execd) -> Result<()> {
     .expect("serialisable");
     let resp = post_code(execd, &body, Timeouts::API)?;
     let status = resp.status;
-    let text = resp.read_all(64 * 1024).unwrap_or_default();
-    let text = String::from_utf8_lossy(&text);
-    match refusal(status, &text) {
+    let body = resp.read_all(64 * 1024).unwrap_or_default();
+    match refusal::of_answer(status, &body) {
         Refusal::NoContext => {
             remember_kernels(&execd.sandbox_id, true);
             Ok(())
@@ -254,7 +223,10 @@ fn require_kernels(execd: &mut Execd) -> Result<()> {
             "{} gave an unexpected answer (HTTP {status}) when asked whether it has a Jupyter \
              server: {}",
             execd.target(),
-            text.chars().take(200).collect::<String>()
+            String::from_utf8_lossy(&body)
+                .chars()
+                .take(200)
+                .collect::<String>()
         ))),
     }
 }
@@ -687,7 +659,7 @@ impl RunState {
                 Some(Ok(Frame::Error { code, message })) => {
                     self.finished = true;
                     // execd starts the stream (`init`) before it tries the kernel.
-                    if refusal(500, &message) == Refusal::Busy {
+                    if refusal::of_frame(&message) == Refusal::Busy {
                         return Err(busy(&self.execd.sandbox_id, &self.target()));
                     }
                     return Err(error::upstream(format!(
@@ -771,27 +743,6 @@ mod tests {
                 ("text/plain".into(), "1".into()),
             ]
         );
-    }
-
-    #[test]
-    fn execd_refusals_are_told_apart_by_their_words() {
-        let body = |words: &str| {
-            format!(r#"{{"code":"RUNTIME_ERROR","message":"error running codes {words}"}}"#)
-        };
-        let cases = [
-            (
-                "language runtime server not configured, please check your image runtime",
-                Refusal::NoKernels,
-            ),
-            ("context not found", Refusal::NoContext),
-            ("session is busy", Refusal::Busy),
-            ("unknown language: cobol", Refusal::UnknownLanguage),
-            ("something else", Refusal::Other),
-        ];
-        for (words, expected) in cases {
-            assert_eq!(refusal(500, &body(words)), expected, "{words}");
-        }
-        assert_eq!(refusal(404, &body("context not found")), Refusal::Other);
     }
 
     #[test]

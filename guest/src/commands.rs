@@ -10,6 +10,7 @@ use crate::http::{Timeouts, encode};
 use crate::lifecycle::{Lifecycle, check_id};
 use crate::lines::{self, Evidence, Lines};
 use crate::models::{self, ExecEvent, RunCommand};
+use crate::refusal::{self, Refusal};
 use crate::sse::{Frame, FrameReader};
 use crate::time::{monotonic_ms, sleep_ms};
 use std::cell::RefCell;
@@ -298,7 +299,7 @@ impl StreamState {
                 Some(Ok(Frame::Error { code, message })) => {
                     self.finished = true;
                     if let Some(session) = &self.session
-                        && message.contains("timeout after")
+                        && refusal::of_frame(&message) == Refusal::SessionTimeout
                     {
                         return Err(error::timed_out(format!(
                             "the run in session {session} ({}) ran longer than its timeout of {} s; \
@@ -485,11 +486,20 @@ pub fn kill(sandbox_id: &str, command_id: &str) -> Result<()> {
     let mut execd = Execd::connect(sandbox_id)?;
     let path = format!("/command?id={}", encode(command_id));
     let resp = execd.send(|e| e.request("DELETE", &path), &[])?;
-    // execd answers 500 for a command that is unknown or already finished.
     if resp.status == 500 {
-        return Err(not_found(format!(
-            "command {command_id} is not running in sandbox {sandbox_id} (it finished, or the id is unknown)"
-        )));
+        let body = resp.read_all(64 * 1024).unwrap_or_default();
+        // execd's words for a command that is unknown or already finished.
+        if refusal::of_answer(500, &body) == Refusal::NotRunning {
+            return Err(not_found(format!(
+                "command {command_id} is not running in sandbox {sandbox_id} (it finished, or the id is unknown)"
+            )));
+        }
+        return Err(error::status(
+            500,
+            &body,
+            execd.target(),
+            &format!("command {command_id}"),
+        ));
     }
     execd
         .check(resp, &format!("command {command_id}"))

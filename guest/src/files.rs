@@ -7,6 +7,7 @@ use crate::error::{self, Error, Kind, Result, conflict, invalid, not_found};
 use crate::execd::Execd;
 use crate::http::{BodyReader, Timeouts, Upload, encode};
 use crate::models::{ExecdFileInfo, Move, UploadMetadata};
+use crate::refusal::{self, Refusal};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -290,7 +291,7 @@ pub fn rename(sandbox_id: &str, old_path: &str, new_path: &str) -> Result<FileIn
     if resp.status == 500 {
         let status = resp.status;
         let text = resp.read_all(64 * 1024).unwrap_or_default();
-        if String::from_utf8_lossy(&text).contains("exists") {
+        if refusal::of_answer(status, &text) == Refusal::Exists {
             return Err(conflict(format!(
                 "{new_path} already exists in sandbox {sandbox_id}; remove it first"
             )));

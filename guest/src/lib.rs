@@ -19,6 +19,7 @@ mod models;
 mod ports;
 mod process;
 mod pty;
+mod refusal;
 mod retry;
 mod sandbox;
 mod sessions;

@@ -17,6 +17,7 @@ use crate::error::{self, Error, Result, invalid, not_found};
 use crate::execd::Execd;
 use crate::http::encode;
 use crate::lifecycle::check_id;
+use crate::refusal::{self, Refusal};
 use crate::sse::FrameReader;
 use crate::time::monotonic_ms;
 use serde::{Deserialize, Serialize};
@@ -100,7 +101,7 @@ pub fn run(
     )?;
     if resp.status == 500 {
         let body = resp.read_all(64 * 1024).unwrap_or_default();
-        if String::from_utf8_lossy(&body).contains("context not found") {
+        if refusal::of_answer(500, &body) == Refusal::NoContext {
             return Err(gone(sandbox_id, session_id));
         }
         return Err(error::status(
