@@ -5,11 +5,14 @@
 //! (`execd`) through `wasi:http` (`http`) and the host's `websocket`.
 
 mod bindings;
+mod broken_off;
 mod code;
 mod commands;
 mod config;
 mod error;
+mod event_stream;
 mod execd;
+mod exit_code;
 mod files;
 mod files_many;
 mod http;
@@ -24,7 +27,6 @@ mod retry;
 mod sandbox;
 mod sessions;
 mod sse;
-mod stdin;
 mod time;
 mod transfer;
 mod undo;
@@ -40,6 +42,8 @@ use bindings::exports::abx::epp::infra::{
     CommandStatus, CreateRequest, FileInfo, Guest, ListRequest, MountRequest, PortUrl, ProcessInfo,
     PtyRequest, SandboxInfo, TemplateBuildRequest, TemplateInfo, TransferUrl,
 };
+use event_stream::Source;
+use std::cell::RefCell;
 
 /// Capabilities in EPP/1 order and whether this provider implements them.
 pub const CAPABILITIES: &[(&str, Capabilities, bool)] = &[
@@ -74,12 +78,12 @@ fn wit<T>(result: error::Result<T>) -> R<T> {
 }
 
 impl Guest for Provider {
-    type CommandStream = commands::CommandStream;
+    type CommandStream = Stream<infra::CommandEvent>;
     type PtyStream = pty::PtyStream;
     type FileReader = files::FileReader;
     type FileWriter = files::FileWriter;
     type WatchStream = watch::WatchStream;
-    type CodeStream = code::CodeStream;
+    type CodeStream = Stream<infra::CodeEvent>;
     type BatchWriter = files_many::BatchWriter;
 
     fn describe() -> ProviderInfo {
@@ -171,11 +175,10 @@ impl Guest for Provider {
     }
 
     fn commands_run(req: CommandRequest) -> R<infra::CommandStream> {
-        wit(commands::run(req).map(infra::CommandStream::new))
+        wit(commands::run(req).map(|s| infra::CommandStream::new(Stream::new(s))))
     }
     fn commands_run_stdin(req: CommandRequest) -> R<infra::CommandStream> {
-        wit(stdin::run(req)
-            .map(|pipe| infra::CommandStream::new(commands::CommandStream::Pipe(pipe))))
+        wit(commands::stdin::run(req).map(|pipe| infra::CommandStream::new(Stream::new(pipe))))
     }
     fn commands_start(req: CommandRequest) -> R<String> {
         wit(commands::start_background(req))
@@ -201,7 +204,7 @@ impl Guest for Provider {
         wit(process::signal(&sandbox_id, pid, &signal))
     }
     fn commands_send_input(sandbox_id: String, command_id: String, data: Vec<u8>) -> R<()> {
-        wit(stdin::send_input(&sandbox_id, &command_id, data))
+        wit(commands::stdin::send_input(&sandbox_id, &command_id, data))
     }
 
     fn pty_create(req: PtyRequest) -> R<(String, infra::PtyStream)> {
@@ -287,7 +290,7 @@ impl Guest for Provider {
         )
     }
     fn code_run_events(req: CodeRequest) -> R<infra::CodeStream> {
-        wit(code::run(req).map(infra::CodeStream::new))
+        wit(code::run(req).map(|s| infra::CodeStream::new(Stream::new(s))))
     }
     fn code_list_contexts(sandbox_id: String, language: Option<String>) -> R<Vec<CodeContext>> {
         wit(code::list_contexts(&sandbox_id, language.as_deref()))
@@ -341,7 +344,7 @@ impl Guest for Provider {
         timeout_ms: Option<u64>,
     ) -> R<infra::CommandStream> {
         wit(sessions::run(&sandbox_id, &session_id, &cmd, timeout_ms)
-            .map(infra::CommandStream::new))
+            .map(|s| infra::CommandStream::new(Stream::new(s))))
     }
     fn sessions_close(sandbox_id: String, session_id: String) -> R<()> {
         wit(sessions::close(&sandbox_id, &session_id))
@@ -350,15 +353,29 @@ impl Guest for Provider {
 
 // The resources' methods: each answers through `wit` too.
 
-impl infra::GuestCommandStream for commands::CommandStream {
-    fn next(&self) -> R<Option<Vec<infra::CommandEvent>>> {
-        wit(commands::CommandStream::next(self))
+/// A stream resource of events `E`, whichever source serves it (execd's
+/// event streams, a PTY pipe).
+pub struct Stream<E>(RefCell<Box<dyn Source<E>>>);
+
+impl<E> Stream<E> {
+    fn new(source: impl Source<E> + 'static) -> Stream<E> {
+        Stream(RefCell::new(Box::new(source)))
+    }
+
+    fn next(&self) -> error::Result<Option<Vec<E>>> {
+        self.0.borrow_mut().next()
     }
 }
 
-impl infra::GuestCodeStream for code::CodeStream {
+impl infra::GuestCommandStream for Stream<infra::CommandEvent> {
+    fn next(&self) -> R<Option<Vec<infra::CommandEvent>>> {
+        wit(Stream::next(self))
+    }
+}
+
+impl infra::GuestCodeStream for Stream<infra::CodeEvent> {
     fn next(&self) -> R<Option<Vec<infra::CodeEvent>>> {
-        wit(code::CodeStream::next(self))
+        wit(Stream::next(self))
     }
 }
 

@@ -18,10 +18,10 @@
 //! `inotifywait` running in the sandbox (the host drops the call; nothing kills it).
 
 use crate::bindings::exports::abx::epp::infra::{FileEvent, FileEventKind};
+use crate::broken_off::{self, Diagnosis};
 use crate::error::{self, Error, Kind, Result, invalid, not_found};
 use crate::execd::Execd;
 use crate::http::{Timeouts, encode};
-use crate::lifecycle::Lifecycle;
 use crate::models::ExecdFileInfo;
 use crate::time::{monotonic_ms, sleep_ms};
 use std::cell::RefCell;
@@ -160,22 +160,16 @@ fn poll(execd: &mut Execd, path: &str, target: Target) -> Result<Seen> {
 /// Why polling `sandbox_id` failed, when the sandbox itself is the reason: it was
 /// deleted (E4004) or is no longer running (E4009). `None`: it still runs.
 fn sandbox_gone(sandbox_id: &str) -> Option<Error> {
-    match Lifecycle::new().and_then(|l| l.get(sandbox_id)) {
-        Err(e) if e.is(Kind::NotFound) => {
-            Execd::forget(sandbox_id);
-            Some(not_found(format!(
-                "sandbox {sandbox_id} was deleted (or expired); the watch ends here"
-            )))
-        }
-        Ok(s) if s.status.state != "Running" => {
-            Execd::forget(sandbox_id);
-            Some(error::conflict(format!(
-                "sandbox {sandbox_id} is {} and no longer answers; the watch ends here (start a \
-                 new one once it runs again)",
-                s.status.state.to_lowercase()
-            )))
-        }
-        _ => None,
+    match broken_off::diagnose(sandbox_id) {
+        Diagnosis::Deleted => Some(not_found(format!(
+            "sandbox {sandbox_id} was deleted (or expired); the watch ends here"
+        ))),
+        Diagnosis::Stopped { state, .. } => Some(error::conflict(format!(
+            "sandbox {sandbox_id} is {} and no longer answers; the watch ends here (start a \
+             new one once it runs again)",
+            state.to_lowercase()
+        ))),
+        Diagnosis::Running => None,
     }
 }
 

@@ -13,9 +13,9 @@ use crate::bindings::abx::epp::memo;
 use crate::bindings::abx::epp::websocket::{self, Message};
 use crate::bindings::exports::abx::epp::infra::{CommandEvent, CommandExit, CommandRequest};
 use crate::error::{self, Result, invalid, not_found};
+use crate::event_stream::Source;
 use crate::execd::Execd;
 use crate::lifecycle::check_id;
-use std::cell::{Cell, RefCell};
 
 const PREFIX: &str = "stdin-";
 
@@ -35,16 +35,15 @@ fn killed_key(key: &str) -> String {
 pub struct PipeStream {
     key: String,
     command_id: String,
-    started: Cell<bool>,
-    exited: Cell<bool>,
+    started: bool,
+    exited: bool,
     /// Bytes of a UTF-8 sequence split across frames, per stream (stdout, stderr).
-    partial: RefCell<[Vec<u8>; 2]>,
+    partial: [Vec<u8>; 2],
 }
 
 impl PipeStream {
-    fn text(&self, which: usize, bytes: &[u8]) -> String {
-        let mut partial = self.partial.borrow_mut();
-        let buf = &mut partial[which];
+    fn text(&mut self, which: usize, bytes: &[u8]) -> String {
+        let buf = &mut self.partial[which];
         buf.extend_from_slice(bytes);
         let valid = match std::str::from_utf8(buf) {
             Ok(_) => buf.len(),
@@ -57,9 +56,8 @@ impl PipeStream {
         text
     }
 
-    fn leftovers(&self, out: &mut Vec<CommandEvent>) {
-        let mut partial = self.partial.borrow_mut();
-        for (i, buf) in partial.iter_mut().enumerate() {
+    fn leftovers(&mut self, out: &mut Vec<CommandEvent>) {
+        for (i, buf) in self.partial.iter_mut().enumerate() {
             if !buf.is_empty() {
                 let text = String::from_utf8_lossy(buf).into_owned();
                 buf.clear();
@@ -79,7 +77,7 @@ impl PipeStream {
 
     /// After our own kill execd may close the terminal, or refuse to start it,
     /// before its exit frame arrives: that is the kill's exit, not a failure.
-    fn killed_exit(&self) -> Option<Vec<CommandEvent>> {
+    fn killed_exit(&mut self) -> Option<Vec<CommandEvent>> {
         if !self.killed() {
             return None;
         }
@@ -91,17 +89,19 @@ impl PipeStream {
         }));
         Some(out)
     }
+}
 
-    pub fn next(&self) -> Result<Option<Vec<CommandEvent>>> {
-        if self.exited.get() {
+impl Source<CommandEvent> for PipeStream {
+    fn next(&mut self) -> Result<Option<Vec<CommandEvent>>> {
+        if self.exited {
             return Ok(None);
         }
-        if !self.started.replace(true) {
+        if !std::mem::replace(&mut self.started, true) {
             return Ok(Some(vec![CommandEvent::Started(self.command_id.clone())]));
         }
         loop {
             let Some(message) = websocket::receive(&self.key)? else {
-                self.exited.set(true);
+                self.exited = true;
                 if let Some(events) = self.killed_exit() {
                     return Ok(Some(events));
                 }
@@ -137,7 +137,7 @@ impl PipeStream {
                     };
                     match v.get("type").and_then(|t| t.as_str()) {
                         Some("exit") => {
-                            self.exited.set(true);
+                            self.exited = true;
                             let code = v.get("exit_code").and_then(|c| c.as_i64()).unwrap_or(-1);
                             let (exit_code, error) = match code {
                                 -1 if self.killed() => (137, Some("signal: killed".to_string())),
@@ -151,7 +151,7 @@ impl PipeStream {
                             return Ok(Some(out));
                         }
                         Some("error") => {
-                            self.exited.set(true);
+                            self.exited = true;
                             // A kill racing the start ends as "pty session is closing".
                             if let Some(events) = self.killed_exit() {
                                 return Ok(Some(events));
@@ -171,7 +171,7 @@ impl PipeStream {
                     }
                 }
                 Message::Close((code, reason)) => {
-                    self.exited.set(true);
+                    self.exited = true;
                     if let Some(events) = self.killed_exit() {
                         return Ok(Some(events));
                     }
@@ -220,9 +220,9 @@ pub fn run(req: CommandRequest) -> Result<PipeStream> {
     Ok(PipeStream {
         key,
         command_id: format!("{PREFIX}{pty_id}"),
-        started: Cell::new(false),
-        exited: Cell::new(false),
-        partial: RefCell::new([Vec::new(), Vec::new()]),
+        started: false,
+        exited: false,
+        partial: [Vec::new(), Vec::new()],
     })
 }
 
