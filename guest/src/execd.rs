@@ -8,7 +8,7 @@ use crate::error::{self, Error, Result};
 use crate::http::{Request, Response, Transport, Url};
 use crate::lifecycle::{Lifecycle, check_id};
 use crate::models::Endpoint;
-use crate::retry::Retry;
+use crate::retry::{self, Failure, Retry};
 use opensandbox_settings::API_KEY_HEADER;
 
 /// execd's port inside every sandbox.
@@ -144,9 +144,11 @@ impl Execd {
     }
 
     /// Sends a request with a small body. A refused or broken connection may
-    /// mean the memoised endpoint is stale, so the first one re-resolves it and,
-    /// when it changed, sends again at once (the old address was another server).
-    /// Otherwise transient failures are retried as `crate::retry` allows.
+    /// mean the memoised endpoint is stale, so the first one re-resolves it;
+    /// when it changed, the request goes again at once to the new one if
+    /// `crate::retry` allows that (after a refused connection any request, after
+    /// a broken one only reads: a `POST /command` may have run). Otherwise
+    /// transient failures are retried as `crate::retry` allows.
     pub fn send(
         &mut self,
         build: impl Fn(&Execd) -> Result<Request>,
@@ -156,11 +158,14 @@ impl Execd {
         let mut refreshed = false;
         loop {
             let req = build(self)?;
-            let retry = retry.get_or_insert_with(|| Retry::new(req.method));
+            let method = req.method;
+            let retry = retry.get_or_insert_with(|| Retry::new(method));
             let outcome = req.send(body);
-            if matches!(outcome, Err(Transport::Refused(_) | Transport::Broken(_))) && !refreshed {
+            if let Some(failure @ (Failure::Refused | Failure::Broken)) = Failure::of(&outcome)
+                && !refreshed
+            {
                 refreshed = true;
-                if self.refresh()? {
+                if self.refresh()? && retry::resend_to_fresh_endpoint(method, failure) {
                     continue;
                 }
             }
