@@ -255,7 +255,7 @@ pub fn create(req: CreateRequest) -> Result<SandboxInfo> {
     let token = Token::Sandbox(id.clone());
     token.made();
     if matches!(created.status.state.as_str(), "Failed" | "Terminated") {
-        let deleted = discard(&lifecycle, &token);
+        let deleted = discard(&lifecycle, &id, &token);
         return Err(error::upstream(format!(
             "sandbox {id} could not start ({}: {}); {deleted}",
             created.status.reason.unwrap_or_default(),
@@ -265,7 +265,7 @@ pub fn create(req: CreateRequest) -> Result<SandboxInfo> {
     match wait_ready(&lifecycle, &id, budget) {
         Ok(Ok(())) => {}
         Ok(Err(last)) => {
-            let deleted = discard(&lifecycle, &token);
+            let deleted = discard(&lifecycle, &id, &token);
             return Err(error::timed_out(format!(
                 "sandbox {id} was not ready within {} s (last seen: {last}); {deleted}. \
                  Raise ready_timeout or ABX_OPENSANDBOX_READY_TIMEOUT if images are slow to start",
@@ -276,7 +276,7 @@ pub fn create(req: CreateRequest) -> Result<SandboxInfo> {
             e.message = format!(
                 "{} (sandbox.create: {})",
                 e.message,
-                discard(&lifecycle, &token)
+                discard(&lifecycle, &id, &token)
             );
             return Err(e);
         }
@@ -287,8 +287,7 @@ pub fn create(req: CreateRequest) -> Result<SandboxInfo> {
 
 /// Deletes the sandbox of a create that cannot finish, and says so. Once it
 /// is gone its token is settled; otherwise the host's undo tries again.
-fn discard(lifecycle: &Lifecycle, token: &Token) -> &'static str {
-    let Token::Sandbox(id) = token;
+fn discard(lifecycle: &Lifecycle, id: &str, token: &Token) -> &'static str {
     match lifecycle.delete(id) {
         Err(e) if !e.is(Kind::NotFound) => "deleting it failed",
         _ => {

@@ -25,7 +25,8 @@ mod run;
 
 pub use collected::run_collected;
 pub use contexts::{
-    create_context, get_context, interrupt, list_contexts, remove_context, restart_context,
+    create_context, get_context, interrupt, interrupt_kernel, list_contexts, remove_context,
+    restart_context,
 };
 pub use languages::languages;
 pub use run::run;

@@ -13,6 +13,7 @@ use crate::models::{ExecEvent, RunCode, RunContext};
 use crate::refusal::{self, Refusal};
 use crate::sse::{FrameReader, Frames};
 use crate::time::monotonic_ms;
+use crate::undo::Token;
 use serde_json::Value;
 
 /// How long a timed-out run may take to end after its kernel is interrupted.
@@ -123,6 +124,14 @@ impl Mapping for CodeEvents {
             return true;
         }
         false
+    }
+
+    /// The run's context: interrupting it undoes the run.
+    fn token(&self, started: &str) -> Option<Token> {
+        Some(Token::Code {
+            sandbox_id: self.execd.sandbox_id.clone(),
+            context_id: started.to_string(),
+        })
     }
 
     fn lost(&self) -> String {

@@ -9,6 +9,7 @@ use crate::exit_code;
 use crate::lines::{self, Evidence, Lines};
 use crate::models::{ExecEvent, RunCommand};
 use crate::sse::FrameReader;
+use crate::undo::Token;
 use std::collections::BTreeMap;
 
 /// The `POST /command` body of a request.
@@ -165,6 +166,15 @@ impl Mapping for CommandEvents {
 
     fn at_end(&mut self, _out: &mut Vec<CommandEvent>) -> bool {
         false
+    }
+
+    /// execd does not stop a foreground command whose client went away: a
+    /// failed request kills it, unless it ended (crate::undo).
+    fn token(&self, started: &str) -> Option<Token> {
+        Some(Token::Command {
+            sandbox_id: self.sandbox_id.clone(),
+            command_id: started.to_string(),
+        })
     }
 
     fn lost(&self) -> String {

@@ -16,6 +16,7 @@ use crate::error::{self, Result, invalid, not_found};
 use crate::event_stream::Source;
 use crate::execd::Execd;
 use crate::lifecycle::check_id;
+use crate::undo::Token;
 
 const PREFIX: &str = "stdin-";
 
@@ -35,6 +36,8 @@ fn killed_key(key: &str) -> String {
 pub struct PipeStream {
     key: String,
     command_id: String,
+    /// Out from the start (crate::undo): settled once the command is over.
+    token: Token,
     started: bool,
     exited: bool,
     /// Bytes of a UTF-8 sequence split across frames, per stream (stdout, stderr).
@@ -77,10 +80,17 @@ impl PipeStream {
 
     /// After our own kill execd may close the terminal, or refuse to start it,
     /// before its exit frame arrives: that is the kill's exit, not a failure.
+    /// The command is over: nothing of it is left to undo.
+    fn over(&mut self) {
+        self.exited = true;
+        self.token.settled();
+    }
+
     fn killed_exit(&mut self) -> Option<Vec<CommandEvent>> {
         if !self.killed() {
             return None;
         }
+        self.over();
         let mut out = Vec::new();
         self.leftovers(&mut out);
         out.push(CommandEvent::Exited(CommandExit {
@@ -137,7 +147,7 @@ impl Source<CommandEvent> for PipeStream {
                     };
                     match v.get("type").and_then(|t| t.as_str()) {
                         Some("exit") => {
-                            self.exited = true;
+                            self.over();
                             let code = v.get("exit_code").and_then(|c| c.as_i64()).unwrap_or(-1);
                             let (exit_code, error) = match code {
                                 -1 if self.killed() => (137, Some("signal: killed".to_string())),
@@ -157,6 +167,10 @@ impl Source<CommandEvent> for PipeStream {
                                 return Ok(Some(events));
                             }
                             let code = v.get("code").and_then(|c| c.as_str()).unwrap_or("ERROR");
+                            // The shell never started, or its terminal is gone.
+                            if matches!(code, "START_FAILED" | "SESSION_GONE") {
+                                self.token.settled();
+                            }
                             let msg = v
                                 .get("error")
                                 .or(v.get("message"))
@@ -211,6 +225,14 @@ pub fn run(req: CommandRequest) -> Result<PipeStream> {
         "command",
         "the command",
     )?;
+    let command_id = format!("{PREFIX}{pty_id}");
+    // The terminal exists from here (its shell starts on attach): a request
+    // that fails from now on removes it (`DELETE /pty/{id}`, commands.kill).
+    let token = Token::Command {
+        sandbox_id: req.sandbox_id.clone(),
+        command_id: command_id.clone(),
+    };
+    token.made();
     let key = key(&req.sandbox_id, &pty_id);
     websocket::connect(
         &key,
@@ -219,7 +241,8 @@ pub fn run(req: CommandRequest) -> Result<PipeStream> {
     )?;
     Ok(PipeStream {
         key,
-        command_id: format!("{PREFIX}{pty_id}"),
+        command_id,
+        token,
         started: false,
         exited: false,
         partial: [Vec::new(), Vec::new()],
