@@ -8,7 +8,10 @@
 //! - `command:SANDBOX:ID`: a command it started (foreground, background, or
 //!   with stdin: `stdin-…`); undone by `commands.kill`;
 //! - `code:SANDBOX:CONTEXT`: a code run in a context; undone by interrupting
-//!   the context's kernel.
+//!   the context's kernel;
+//! - `create:LABEL`: a sandbox.create whose `POST /sandboxes` has not answered
+//!   yet; undone by killing the sandboxes that carry the label, looking for a
+//!   while when none is there yet (crate::sandbox's `label`).
 //!
 //! Undoing what is already gone is no failure: the words say so.
 
@@ -18,6 +21,7 @@ use crate::commands;
 use crate::error::{Error, Kind, Result, invalid};
 use crate::execd::Execd;
 use crate::lifecycle::{Lifecycle, check_id};
+use crate::sandbox;
 
 /// Something a request set going that must not outlive the request if it fails.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +35,7 @@ pub enum Token {
         sandbox_id: String,
         context_id: String,
     },
+    Create(String),
 }
 
 impl Token {
@@ -45,6 +50,7 @@ impl Token {
                 sandbox_id,
                 context_id,
             } => format!("code:{sandbox_id}:{context_id}"),
+            Token::Create(label) => format!("create:{label}"),
         }
     }
 
@@ -52,7 +58,7 @@ impl Token {
         let bad = || {
             invalid(format!(
                 "`{token}` is not a token of this provider (it reports `sandbox:ID`, \
-                 `command:SANDBOX:ID` and `code:SANDBOX:CONTEXT`)"
+                 `command:SANDBOX:ID`, `code:SANDBOX:CONTEXT` and `create:LABEL`)"
             ))
         };
         let parts: Vec<&str> = token.split(':').collect();
@@ -70,6 +76,7 @@ impl Token {
                 sandbox_id: id("sandbox", sandbox)?,
                 context_id: id("code context", context)?,
             }),
+            ["create", label] => Ok(Token::Create(id("label", label)?)),
             _ => Err(bad()),
         }
     }
@@ -88,6 +95,7 @@ impl Token {
 /// Undoes what `token` stands for; answers what was done, in words.
 pub fn undo(token: &str) -> Result<String> {
     match Token::parse(token)? {
+        Token::Create(label) => sandbox::undo_create(&label),
         Token::Sandbox(id) => {
             let outcome = Lifecycle::new()?.delete(&id);
             said(outcome, format!("killed sandbox {id}"), || {
@@ -182,6 +190,7 @@ mod tests {
                 sandbox_id: "sb".into(),
                 context_id: "ctx".into(),
             },
+            Token::Create("0123abcd".into()),
         ] {
             assert_eq!(Token::parse(&t.text()).ok(), Some(t));
         }
