@@ -14,7 +14,6 @@ mod event_stream;
 mod execd;
 mod exit_code;
 mod files;
-mod files_many;
 mod http;
 mod lifecycle;
 mod lines;
@@ -84,7 +83,7 @@ impl Guest for Provider {
     type FileWriter = files::FileWriter;
     type WatchStream = watch::WatchStream;
     type CodeStream = Stream<infra::CodeEvent>;
-    type BatchWriter = files_many::BatchWriter;
+    type BatchWriter = files::BatchWriter;
 
     fn describe() -> ProviderInfo {
         ProviderInfo {
@@ -239,7 +238,7 @@ impl Guest for Provider {
         sandbox_id: String,
         files: Vec<infra::FileUpload>,
     ) -> R<infra::BatchWriter> {
-        wit(files_many::write_many(&sandbox_id, files).map(infra::BatchWriter::new))
+        wit(files::write_many(&sandbox_id, files).map(infra::BatchWriter::new))
     }
     fn files_list(sandbox_id: String, path: String, depth: u32) -> R<Vec<FileInfo>> {
         wit(files::list(&sandbox_id, &path, depth))
@@ -409,12 +408,12 @@ impl infra::GuestFileWriter for files::FileWriter {
     }
 }
 
-impl infra::GuestBatchWriter for files_many::BatchWriter {
+impl infra::GuestBatchWriter for files::BatchWriter {
     fn write(&self, chunk: Vec<u8>) -> R<()> {
-        wit(files_many::BatchWriter::write(self, chunk))
+        wit(files::BatchWriter::write(self, chunk))
     }
     fn finish(&self) -> R<Vec<FileInfo>> {
-        wit(files_many::BatchWriter::finish(self))
+        wit(files::BatchWriter::finish(self))
     }
 }
 

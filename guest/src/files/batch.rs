@@ -9,10 +9,11 @@
 //! sizes are known up front, so the body has an exact Content-Length (proxies
 //! in front of execd need one), as for a single file (`files::FileWriter`).
 
+use super::file_info;
+use super::multipart::{boundary, check_write, close, pair_head, start_upload};
 use crate::bindings::exports::abx::epp::infra::{FileInfo, FileUpload};
 use crate::error::{self, Error, Result, invalid, upstream};
 use crate::execd::Execd;
-use crate::files::{boundary, check_write, close, file_info, pair_head, start_upload};
 use crate::http::{Response, Upload, encode};
 use crate::models::ExecdFileInfo;
 use std::cell::RefCell;
