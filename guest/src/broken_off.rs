@@ -4,7 +4,7 @@
 //! a deleted sandbox is E4004, a stopped (or paused, failed) one E4009, since
 //! the object is there but in the wrong state.
 
-use crate::error::Kind;
+use crate::error::{Error, Kind, conflict, not_found};
 use crate::execd::Execd;
 use crate::lifecycle::Lifecycle;
 use crate::time::sleep_ms;
@@ -21,6 +21,22 @@ pub enum Diagnosis {
 }
 
 impl Diagnosis {
+    /// The error for `what` ("the command", "the code") of `sandbox_id` that
+    /// broke off, when the sandbox is why; none while it runs.
+    pub fn error(&self, sandbox_id: &str, what: &str) -> Option<Error> {
+        match self {
+            Diagnosis::Deleted => Some(not_found(format!(
+                "sandbox {sandbox_id} was deleted (or expired) while {what} ran; its output ends \
+                 here"
+            ))),
+            Diagnosis::Stopped { state, why } => Some(conflict(format!(
+                "sandbox {sandbox_id} stopped while {what} ran (state {state}: {why}); {what}'s \
+                 outcome is unknown"
+            ))),
+            Diagnosis::Running => None,
+        }
+    }
+
     /// Whether the sandbox's processes are gone with it (a paused sandbox
     /// keeps them, frozen).
     pub fn processes_gone(&self) -> bool {

@@ -13,8 +13,8 @@
 //!   execd names it, and settled when it ended or a failure means it is gone,
 //!   so that a failed request stops only what may still run (crate::undo).
 
-use crate::broken_off::{self, Diagnosis};
-use crate::error::{self, Error, Kind, Result, conflict, not_found};
+use crate::broken_off;
+use crate::error::{self, Error, Kind, Result};
 use crate::http::{Timeouts, Transport};
 use crate::models::ExecEvent;
 use crate::sse::{Frame, FrameReader, Frames};
@@ -178,20 +178,11 @@ impl<M: Mapping, F: Frames> EventStream<M, F> {
         if e.is(Kind::TimedOut) {
             return Failure::open(e);
         }
-        let (sandbox_id, what) = (&self.sandbox_id, M::WHAT);
-        let diagnosis = broken_off::after_break(sandbox_id);
-        let gone = diagnosis.processes_gone();
-        let error = match diagnosis {
-            Diagnosis::Deleted => not_found(format!(
-                "sandbox {sandbox_id} was deleted (or expired) while {what} ran; its output ends here"
-            )),
-            Diagnosis::Stopped { state, why } => conflict(format!(
-                "sandbox {sandbox_id} stopped while {what} ran (state {state}: {why}); {what}'s \
-                 outcome is unknown"
-            )),
-            Diagnosis::Running => e,
-        };
-        Failure { error, gone }
+        let diagnosis = broken_off::after_break(&self.sandbox_id);
+        Failure {
+            gone: diagnosis.processes_gone(),
+            error: diagnosis.error(&self.sandbox_id, M::WHAT).unwrap_or(e),
+        }
     }
 
     /// One step of the loop: the next frame, read and mapped.
@@ -402,7 +393,7 @@ mod tests {
             Ok(Step::Go)
         }
         fn refused(&mut self, message: &str) -> Option<Failure> {
-            (message == "mine").then(|| Failure::ended(conflict("refused")))
+            (message == "mine").then(|| Failure::ended(error::conflict("refused")))
         }
         fn at_end(&mut self, out: &mut Vec<String>) -> bool {
             out.push("end".into());

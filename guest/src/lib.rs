@@ -30,6 +30,7 @@ mod time;
 mod transfer;
 mod undo;
 mod unsupported;
+mod utf8;
 mod watch;
 
 use bindings::abx::epp::types::{

@@ -17,6 +17,7 @@ use crate::event_stream::Source;
 use crate::execd::Execd;
 use crate::lifecycle::check_id;
 use crate::undo::Token;
+use crate::utf8::Utf8Carry;
 
 const PREFIX: &str = "stdin-";
 
@@ -41,29 +42,18 @@ pub struct PipeStream {
     started: bool,
     exited: bool,
     /// Bytes of a UTF-8 sequence split across frames, per stream (stdout, stderr).
-    partial: [Vec<u8>; 2],
+    partial: [Utf8Carry; 2],
 }
 
 impl PipeStream {
     fn text(&mut self, which: usize, bytes: &[u8]) -> String {
-        let buf = &mut self.partial[which];
-        buf.extend_from_slice(bytes);
-        let valid = match std::str::from_utf8(buf) {
-            Ok(_) => buf.len(),
-            Err(e) if e.error_len().is_none() => e.valid_up_to(),
-            Err(_) => buf.len(),
-        };
-        let rest = buf.split_off(valid);
-        let text = String::from_utf8_lossy(buf).into_owned();
-        *buf = rest;
-        text
+        self.partial[which].push(bytes)
     }
 
     fn leftovers(&mut self, out: &mut Vec<CommandEvent>) {
-        for (i, buf) in self.partial.iter_mut().enumerate() {
-            if !buf.is_empty() {
-                let text = String::from_utf8_lossy(buf).into_owned();
-                buf.clear();
+        for (i, carry) in self.partial.iter_mut().enumerate() {
+            let text = carry.rest();
+            if !text.is_empty() {
                 out.push(if i == 0 {
                     CommandEvent::Stdout(text)
                 } else {
@@ -245,7 +235,7 @@ pub fn run(req: CommandRequest) -> Result<PipeStream> {
         token,
         started: false,
         exited: false,
-        partial: [Vec::new(), Vec::new()],
+        partial: Default::default(),
     })
 }
 
