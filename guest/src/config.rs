@@ -3,7 +3,7 @@
 //! operator's variables; `request.provider-options` says which).
 
 use crate::bindings::abx::epp::request;
-use crate::bindings::abx::epp::types::{EppError, ErrorCode};
+use crate::error::{Error, configuration};
 use opensandbox_settings::{SETTINGS as SPECS, SettingError, Settings};
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -37,31 +37,11 @@ fn message(e: &SettingError, options: &[(String, String)]) -> String {
 }
 
 /// The checked settings, or E2001 naming the bad option or variable.
-pub fn settings() -> Result<&'static Settings, EppError> {
+pub fn settings() -> Result<&'static Settings, Error> {
     match SETTINGS.get_or_init(load) {
         Ok(s) => Ok(s),
-        Err(message) => Err(EppError {
-            code: ErrorCode::Configuration,
-            message: message.clone(),
-            http_status: None,
-            upstream_code: None,
-        }),
+        Err(message) => Err(configuration(message.clone())),
     }
-}
-
-/// Replaces every secret setting value in `text` (defence in depth: error texts
-/// can echo what a server saw).
-pub fn redact(mut text: String) -> String {
-    if let Some(Ok(s)) = SETTINGS.get() {
-        let secrets = [
-            s.api_key.as_deref(),
-            s.registry_auth.as_ref().map(|a| a.password.as_str()),
-        ];
-        for secret in secrets.into_iter().flatten().filter(|s| s.len() >= 4) {
-            text = text.replace(secret, "<redacted>");
-        }
-    }
-    text
 }
 
 #[cfg(test)]

@@ -1,54 +1,197 @@
-//! EPP errors the provider returns, and how backend answers map onto them
-//! (docs/epp-1.md §6). Messages name the sandbox, path or setting involved, say
-//! what to do next, and never carry a secret.
+//! The provider's one error type, and how backend answers map onto it
+//! (docs/epp-1.md §6). Every module returns [`Error`]; it becomes abx:epp's
+//! `epp-error` once, at the export boundary (`lib.rs`, [`Error::into_epp`]),
+//! where secrets are redacted with the settings in hand. Messages name the
+//! sandbox, path or setting involved and say what to do next.
 
 use crate::bindings::abx::epp::types::{EppError, ErrorCode};
-use crate::config;
 use crate::http::Transport;
+use opensandbox_settings::Settings;
 
-pub type Result<T> = std::result::Result<T, EppError>;
+pub type Result<T> = std::result::Result<T, Error>;
 
-pub fn err(code: ErrorCode, message: impl Into<String>) -> EppError {
-    EppError {
-        code,
-        message: config::redact(message.into()),
-        http_status: None,
-        upstream_code: None,
+/// What went wrong, as the provider tells failures apart. Each kind is one
+/// EPP code ([`Kind::code`]), so the same situation gets the same code in
+/// every module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The caller's input (E1001).
+    Invalid,
+    /// A provider setting (E2001).
+    Configuration,
+    /// The backend rejected the credentials (E2002).
+    Credentials,
+    /// The sandbox, file, command, context… does not exist (E4004).
+    NotFound,
+    /// Wrong state, conflict, or a refusal of the request as it stands (E4009).
+    Conflict,
+    /// The backend failed, or answered what it should not (E5001).
+    Upstream,
+    /// Nothing answered, or the connection broke (E5003).
+    Unreachable,
+    /// A wait ran out (E5004).
+    TimedOut,
+    /// The host's network policy refused the destination (E6001).
+    Denied,
+    /// Not available with this provider, or on this sandbox (E8004).
+    Unsupported,
+}
+
+impl Kind {
+    pub fn code(self) -> ErrorCode {
+        match self {
+            Kind::Invalid => ErrorCode::InvalidArgument,
+            Kind::Configuration => ErrorCode::Configuration,
+            Kind::Credentials => ErrorCode::CredentialsRejected,
+            Kind::NotFound => ErrorCode::NotFound,
+            Kind::Conflict => ErrorCode::Conflict,
+            Kind::Upstream => ErrorCode::Upstream,
+            Kind::Unreachable => ErrorCode::Unreachable,
+            Kind::TimedOut => ErrorCode::TimedOut,
+            Kind::Denied => ErrorCode::DeniedByPolicy,
+            Kind::Unsupported => ErrorCode::Unsupported,
+        }
+    }
+
+    fn of(code: ErrorCode) -> Kind {
+        match code {
+            ErrorCode::InvalidArgument => Kind::Invalid,
+            ErrorCode::Configuration => Kind::Configuration,
+            ErrorCode::CredentialsRejected => Kind::Credentials,
+            ErrorCode::NotFound => Kind::NotFound,
+            ErrorCode::Conflict => Kind::Conflict,
+            ErrorCode::Unreachable => Kind::Unreachable,
+            ErrorCode::TimedOut => Kind::TimedOut,
+            ErrorCode::DeniedByPolicy => Kind::Denied,
+            ErrorCode::Unsupported => Kind::Unsupported,
+            _ => Kind::Upstream,
+        }
     }
 }
 
-pub fn invalid(message: impl Into<String>) -> EppError {
-    err(ErrorCode::InvalidArgument, message)
+/// The HTTP answer behind an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Http {
+    pub status: u16,
+    /// The backend's own code (e.g. `DOCKER::SANDBOX_NOT_FOUND`).
+    pub code: Option<String>,
 }
 
-pub fn not_found(message: impl Into<String>) -> EppError {
-    err(ErrorCode::NotFound, message)
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    pub kind: Kind,
+    pub message: String,
+    pub http: Option<Http>,
 }
 
-pub fn conflict(message: impl Into<String>) -> EppError {
-    err(ErrorCode::Conflict, message)
+impl Error {
+    pub fn new(kind: Kind, message: impl Into<String>) -> Error {
+        Error {
+            kind,
+            message: message.into(),
+            http: None,
+        }
+    }
+
+    pub fn is(&self, kind: Kind) -> bool {
+        self.kind == kind
+    }
+
+    pub fn status(&self) -> Option<u16> {
+        self.http.as_ref().map(|h| h.status)
+    }
+
+    pub fn upstream_code(&self) -> Option<&str> {
+        self.http.as_ref().and_then(|h| h.code.as_deref())
+    }
+
+    /// The same failure told in other words (the HTTP answer behind it kept).
+    pub fn reworded(mut self, kind: Kind, message: impl Into<String>) -> Error {
+        self.kind = kind;
+        self.message = message.into();
+        self
+    }
+
+    /// abx:epp's error, with every secret setting value redacted from the
+    /// message (defence in depth: error texts can echo what a server saw).
+    pub fn into_epp(self, settings: Option<&Settings>) -> EppError {
+        let (status, upstream) = match self.http {
+            Some(h) => (Some(h.status), h.code),
+            None => (None, None),
+        };
+        EppError {
+            code: self.kind.code(),
+            message: redact(self.message, settings),
+            http_status: status,
+            upstream_code: upstream,
+        }
+    }
 }
 
-pub fn upstream(message: impl Into<String>) -> EppError {
-    err(ErrorCode::Upstream, message)
+/// An error a host import answered (the host's `websocket`).
+impl From<EppError> for Error {
+    fn from(e: EppError) -> Error {
+        Error {
+            kind: Kind::of(e.code),
+            message: e.message,
+            http: e.http_status.map(|status| Http {
+                status,
+                code: e.upstream_code,
+            }),
+        }
+    }
 }
 
-pub fn timed_out(message: impl Into<String>) -> EppError {
-    err(ErrorCode::TimedOut, message)
+fn redact(mut text: String, settings: Option<&Settings>) -> String {
+    let Some(s) = settings else {
+        return text;
+    };
+    let secrets = [
+        s.api_key.as_deref(),
+        s.registry_auth.as_ref().map(|a| a.password.as_str()),
+    ];
+    for secret in secrets.into_iter().flatten().filter(|s| s.len() >= 4) {
+        text = text.replace(secret, "<redacted>");
+    }
+    text
 }
 
-pub fn unsupported(method: &str, why: &str) -> EppError {
-    err(
-        ErrorCode::Unsupported,
+pub fn invalid(message: impl Into<String>) -> Error {
+    Error::new(Kind::Invalid, message)
+}
+
+pub fn configuration(message: impl Into<String>) -> Error {
+    Error::new(Kind::Configuration, message)
+}
+
+pub fn not_found(message: impl Into<String>) -> Error {
+    Error::new(Kind::NotFound, message)
+}
+
+pub fn conflict(message: impl Into<String>) -> Error {
+    Error::new(Kind::Conflict, message)
+}
+
+pub fn upstream(message: impl Into<String>) -> Error {
+    Error::new(Kind::Upstream, message)
+}
+
+pub fn timed_out(message: impl Into<String>) -> Error {
+    Error::new(Kind::TimedOut, message)
+}
+
+pub fn unsupported(method: &str, why: &str) -> Error {
+    Error::new(
+        Kind::Unsupported,
         format!("{method} is not supported by the opensandbox provider: {why}"),
     )
 }
 
 /// A failure to talk to `target` (e.g. "the OpenSandbox server at http://…").
-pub fn transport(t: Transport, target: &str) -> EppError {
+pub fn transport(t: Transport, target: &str) -> Error {
     match t {
-        Transport::Denied => err(
-            ErrorCode::DeniedByPolicy,
+        Transport::Denied => Error::new(
+            Kind::Denied,
             format!(
                 "the host's network policy refused the connection to {target}; if it is a sandbox \
                  endpoint you trust, add its host to ABX_OPENSANDBOX_ALLOW_HOSTS (or epp-host \
@@ -56,37 +199,38 @@ pub fn transport(t: Transport, target: &str) -> EppError {
                  through the server"
             ),
         ),
-        Transport::Refused(detail) => err(
-            ErrorCode::Unreachable,
+        Transport::Refused(detail) => Error::new(
+            Kind::Unreachable,
             format!(
                 "cannot reach {target} ({detail}); check that it is running and that \
                  ABX_OPENSANDBOX_BASE_URL points at it"
             ),
         ),
-        Transport::Timeout(detail) => err(
-            ErrorCode::TimedOut,
+        Transport::Timeout(detail) => Error::new(
+            Kind::TimedOut,
             format!("{target} did not answer in time ({detail}); retry, or check its load"),
         ),
-        Transport::Broken(detail) => err(
-            ErrorCode::Unreachable,
+        Transport::Broken(detail) => Error::new(
+            Kind::Unreachable,
             format!("the connection to {target} failed ({detail}); retry"),
         ),
-        Transport::Invalid(detail) => {
-            err(ErrorCode::InvalidArgument, format!("{target}: {detail}"))
-        }
+        Transport::Invalid(detail) => invalid(format!("{target}: {detail}")),
     }
 }
 
 /// The host's network policy refused a sandbox's endpoint (`url`, as the
 /// server handed it out). The message names the endpoint's host and the exact
-/// setting that allows it, so the first error is enough to fix the setup.
-pub fn endpoint_denied(sandbox_id: &str, url: &str) -> EppError {
-    let settings = config::settings().ok();
-    let server = settings.map(|s| s.origin.to_string());
-    let proxy = settings.is_some_and(|s| s.use_server_proxy);
-    err(
-        ErrorCode::DeniedByPolicy,
-        endpoint_denied_message(sandbox_id, url, server.as_deref(), proxy),
+/// setting that allows it, so the first error is enough to fix the setup;
+/// `server` is the configured origin, `use_server_proxy` the setting.
+pub fn endpoint_denied(
+    sandbox_id: &str,
+    url: &str,
+    server: Option<&str>,
+    use_server_proxy: bool,
+) -> Error {
+    Error::new(
+        Kind::Denied,
+        endpoint_denied_message(sandbox_id, url, server, use_server_proxy),
     )
 }
 
@@ -121,7 +265,7 @@ fn endpoint_denied_message(
 }
 
 /// A failure while reading an answer whose head already arrived.
-pub fn broken_body(t: Transport, target: &str) -> EppError {
+pub fn broken_body(t: Transport, target: &str) -> Error {
     match t {
         Transport::Timeout(d) => timed_out(format!("{target} stopped sending data ({d})")),
         Transport::Broken(d) | Transport::Refused(d) | Transport::Invalid(d) => {
@@ -200,7 +344,7 @@ fn is_credential_code(code: &str) -> bool {
 /// on Kubernetes: `KUBERNETES::QUOTA_EXCEEDED`, RBAC refusals): E4009 with the
 /// server's message, since new credentials would not help and neither would
 /// retrying unchanged.
-pub fn status(status: u16, body: &[u8], target: &str, subject: &str) -> EppError {
+pub fn status(status: u16, body: &[u8], target: &str, subject: &str) -> Error {
     let (upstream_code, message) = body_message(body);
     let detail = match &upstream_code {
         Some(code) => format!("HTTP {status} {code}: {message}"),
@@ -210,14 +354,14 @@ pub fn status(status: u16, body: &[u8], target: &str, subject: &str) -> EppError
         && upstream_code
             .as_deref()
             .is_some_and(|c| !is_credential_code(c));
-    let (code, text) = match status {
+    let (kind, text) = match status {
         403 if refusal
             && upstream_code
                 .as_deref()
                 .is_some_and(|c| c.contains("QUOTA")) =>
         {
             (
-                ErrorCode::Conflict,
+                Kind::Conflict,
                 format!(
                     "{target} refused {subject}: a quota is used up ({detail}); kill sandboxes you \
                  no longer need (sandbox.list shows them), or ask the server's operator to \
@@ -226,7 +370,7 @@ pub fn status(status: u16, body: &[u8], target: &str, subject: &str) -> EppError
             )
         }
         403 if refusal => (
-            ErrorCode::Conflict,
+            Kind::Conflict,
             format!(
                 "{target} refused the request about {subject} ({detail}); this is the \
                  deployment's policy or state, not a credentials problem: ask the server's \
@@ -234,41 +378,42 @@ pub fn status(status: u16, body: &[u8], target: &str, subject: &str) -> EppError
             ),
         ),
         401 | 403 => (
-            ErrorCode::CredentialsRejected,
+            Kind::Credentials,
             format!(
                 "{target} rejected the credentials ({detail}); set ABX_OPENSANDBOX_API_KEY to the \
                  server's API key"
             ),
         ),
-        404 => (
-            ErrorCode::NotFound,
-            format!("{subject} not found ({detail})"),
-        ),
+        404 => (Kind::NotFound, format!("{subject} not found ({detail})")),
         409 => (
-            ErrorCode::Conflict,
+            Kind::Conflict,
             format!("{subject} is in the wrong state for this ({detail})"),
         ),
         400 | 422 => (
-            ErrorCode::InvalidArgument,
+            Kind::Invalid,
             format!("{target} rejected the request about {subject}: {detail}"),
         ),
         429 => (
-            ErrorCode::Upstream,
+            Kind::Upstream,
             format!("{target} is busy ({detail}); retry later"),
         ),
         s if s >= 500 => (
-            ErrorCode::Upstream,
+            Kind::Upstream,
             format!("{target} failed ({detail}); retry later"),
         ),
         _ => (
-            ErrorCode::Upstream,
+            Kind::Upstream,
             format!("{target} gave an unexpected answer about {subject} ({detail})"),
         ),
     };
-    let mut e = err(code, text);
-    e.http_status = Some(status);
-    e.upstream_code = upstream_code;
-    e
+    Error {
+        kind,
+        message: text,
+        http: Some(Http {
+            status,
+            code: upstream_code,
+        }),
+    }
 }
 
 #[cfg(test)]
@@ -307,11 +452,8 @@ mod tests {
             "server",
             "sandbox x",
         );
-        assert_eq!(e.code, ErrorCode::NotFound);
-        assert_eq!(
-            e.upstream_code.as_deref(),
-            Some("DOCKER::SANDBOX_NOT_FOUND")
-        );
+        assert_eq!(e.kind, Kind::NotFound);
+        assert_eq!(e.upstream_code(), Some("DOCKER::SANDBOX_NOT_FOUND"));
         assert!(e.message.contains("sandbox x not found") && e.message.contains("gone"));
         let e = status(
             422,
@@ -319,7 +461,7 @@ mod tests {
             "server",
             "new sandbox",
         );
-        assert_eq!(e.code, ErrorCode::InvalidArgument);
+        assert_eq!(e.kind, Kind::Invalid);
         assert!(
             e.message.contains("body.timeout: must be >= 60"),
             "{}",
@@ -327,7 +469,7 @@ mod tests {
         );
         assert!(!e.message.contains("s3cret"));
         let e = status(401, br#"{"error":"Unauthorized"}"#, "execd", "sandbox");
-        assert_eq!(e.code, ErrorCode::CredentialsRejected);
+        assert_eq!(e.kind, Kind::Credentials);
         // 401 and credential codes are E2002 whatever the status; a bare 403 too.
         for (http, body) in [
             (
@@ -344,7 +486,7 @@ mod tests {
             (403, br#"{"message":"forbidden"}"#),
         ] {
             let e = status(http, body, "the server", "new sandbox");
-            assert_eq!(e.code, ErrorCode::CredentialsRejected, "{http} {e:?}");
+            assert_eq!(e.kind, Kind::Credentials, "{http} {e:?}");
             assert!(e.message.contains("ABX_OPENSANDBOX_API_KEY"), "{e:?}");
         }
         // A quota is not a credentials problem: E4009 with the server's message.
@@ -354,12 +496,9 @@ mod tests {
             "the OpenSandbox server",
             "the new sandbox",
         );
-        assert_eq!(e.code, ErrorCode::Conflict);
-        assert_eq!(e.http_status, Some(403));
-        assert_eq!(
-            e.upstream_code.as_deref(),
-            Some("KUBERNETES::QUOTA_EXCEEDED")
-        );
+        assert_eq!(e.kind, Kind::Conflict);
+        assert_eq!(e.status(), Some(403));
+        assert_eq!(e.upstream_code(), Some("KUBERNETES::QUOTA_EXCEEDED"));
         assert!(
             e.message.contains("limited: pods=10") && e.message.contains("quota"),
             "{}",
@@ -373,9 +512,55 @@ mod tests {
             "the server",
             "sandbox x",
         );
-        assert_eq!(e.code, ErrorCode::Conflict);
+        assert_eq!(e.kind, Kind::Conflict);
         assert!(e.message.contains("denied log access"), "{}", e.message);
-        assert_eq!(status(503, b"oops", "s", "x").code, ErrorCode::Upstream);
-        assert_eq!(status(409, b"{}", "s", "x").code, ErrorCode::Conflict);
+        assert_eq!(status(503, b"oops", "s", "x").kind, Kind::Upstream);
+        assert_eq!(status(409, b"{}", "s", "x").kind, Kind::Conflict);
+    }
+
+    #[test]
+    fn the_boundary_maps_kinds_and_redacts_secrets() {
+        let settings = Settings::from_env(&|name: &str| match name {
+            "ABX_OPENSANDBOX_API_KEY" => Some("key-s3cret".into()),
+            "ABX_OPENSANDBOX_REGISTRY_USERNAME" => Some("bot".into()),
+            "ABX_OPENSANDBOX_REGISTRY_PASSWORD" => Some("pw-s3cret".into()),
+            _ => None,
+        })
+        .unwrap();
+        let e = status(
+            409,
+            br#"{"code":"X::Y","message":"saw key-s3cret and pw-s3cret"}"#,
+            "the server",
+            "sandbox x",
+        );
+        let wit = e.clone().into_epp(Some(&settings));
+        assert_eq!(wit.code, ErrorCode::Conflict);
+        assert_eq!(
+            (wit.http_status, wit.upstream_code.as_deref()),
+            (Some(409), Some("X::Y"))
+        );
+        assert!(
+            wit.message.contains("saw <redacted> and <redacted>"),
+            "{}",
+            wit.message
+        );
+        // Without settings (they did not load) nothing is known to redact.
+        assert!(e.into_epp(None).message.contains("key-s3cret"));
+        // Every kind has its own code, and a host's code comes back as the same kind.
+        for kind in [
+            Kind::Invalid,
+            Kind::Configuration,
+            Kind::Credentials,
+            Kind::NotFound,
+            Kind::Conflict,
+            Kind::Upstream,
+            Kind::Unreachable,
+            Kind::TimedOut,
+            Kind::Denied,
+            Kind::Unsupported,
+        ] {
+            let back: Error = Error::new(kind, "m").into_epp(None).into();
+            assert_eq!(back.kind, kind);
+        }
     }
 }

@@ -3,13 +3,12 @@
 //! host-wide for a while; the endpoint's headers go on every request.
 
 use crate::bindings::abx::epp::memo;
-use crate::bindings::abx::epp::types::EppError;
 use crate::config;
-use crate::error::{self, Result};
+use crate::error::{self, Error, Result};
 use crate::http::{Request, Response, Transport, Url};
 use crate::lifecycle::{Lifecycle, check_id};
 use crate::models::Endpoint;
-use crate::retry::Retry;
+use crate::retry::{self, Failure, Retry};
 use opensandbox_settings::API_KEY_HEADER;
 
 /// execd's port inside every sandbox.
@@ -23,6 +22,9 @@ pub struct Execd {
     base: String,
     headers: Vec<(String, String)>,
     target: String,
+    /// The settings a refused endpoint's message names.
+    origin: String,
+    use_server_proxy: bool,
 }
 
 fn memo_key(sandbox_id: &str) -> Result<String> {
@@ -91,14 +93,21 @@ impl Execd {
             base: endpoint_url(endpoint)?,
             headers,
             target: format!("sandbox {sandbox_id}"),
+            origin: settings.origin.to_string(),
+            use_server_proxy: settings.use_server_proxy,
         })
     }
 
     /// The error for a request to this execd that never got an answer: a
     /// refusal by the host's policy names the endpoint's host and what allows it.
-    pub fn transport(&self, t: Transport) -> EppError {
+    pub fn transport(&self, t: Transport) -> Error {
         match t {
-            Transport::Denied => error::endpoint_denied(&self.sandbox_id, &self.base),
+            Transport::Denied => error::endpoint_denied(
+                &self.sandbox_id,
+                &self.base,
+                Some(&self.origin),
+                self.use_server_proxy,
+            ),
             t => error::transport(t, &self.target),
         }
     }
@@ -135,9 +144,11 @@ impl Execd {
     }
 
     /// Sends a request with a small body. A refused or broken connection may
-    /// mean the memoised endpoint is stale, so the first one re-resolves it and,
-    /// when it changed, sends again at once (the old address was another server).
-    /// Otherwise transient failures are retried as `crate::retry` allows.
+    /// mean the memoised endpoint is stale, so the first one re-resolves it;
+    /// when it changed, the request goes again at once to the new one if
+    /// `crate::retry` allows that (after a refused connection any request, after
+    /// a broken one only reads: a `POST /command` may have run). Otherwise
+    /// transient failures are retried as `crate::retry` allows.
     pub fn send(
         &mut self,
         build: impl Fn(&Execd) -> Result<Request>,
@@ -147,11 +158,14 @@ impl Execd {
         let mut refreshed = false;
         loop {
             let req = build(self)?;
-            let retry = retry.get_or_insert_with(|| Retry::new(req.method));
+            let method = req.method;
+            let retry = retry.get_or_insert_with(|| Retry::new(method));
             let outcome = req.send(body);
-            if matches!(outcome, Err(Transport::Refused(_) | Transport::Broken(_))) && !refreshed {
+            if let Some(failure @ (Failure::Refused | Failure::Broken)) = Failure::of(&outcome)
+                && !refreshed
+            {
                 refreshed = true;
-                if self.refresh()? {
+                if self.refresh()? && retry::resend_to_fresh_endpoint(method, failure) {
                     continue;
                 }
             }

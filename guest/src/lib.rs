@@ -5,13 +5,15 @@
 //! (`execd`) through `wasi:http` (`http`) and the host's `websocket`.
 
 mod bindings;
+mod broken_off;
 mod code;
 mod commands;
 mod config;
 mod error;
+mod event_stream;
 mod execd;
+mod exit_code;
 mod files;
-mod files_many;
 mod http;
 mod lifecycle;
 mod lines;
@@ -19,14 +21,16 @@ mod models;
 mod ports;
 mod process;
 mod pty;
+mod refusal;
 mod retry;
 mod sandbox;
 mod sessions;
 mod sse;
-mod stdin;
 mod time;
 mod transfer;
+mod undo;
 mod unsupported;
+mod utf8;
 mod watch;
 
 use bindings::abx::epp::types::{
@@ -38,6 +42,8 @@ use bindings::exports::abx::epp::infra::{
     CommandStatus, CreateRequest, FileInfo, Guest, ListRequest, MountRequest, PortUrl, ProcessInfo,
     PtyRequest, SandboxInfo, TemplateBuildRequest, TemplateInfo, TransferUrl,
 };
+use event_stream::Source;
+use std::cell::RefCell;
 
 /// Capabilities in EPP/1 order and whether this provider implements them.
 pub const CAPABILITIES: &[(&str, Capabilities, bool)] = &[
@@ -65,13 +71,20 @@ struct Provider;
 
 type R<T> = Result<T, EppError>;
 
+/// The one conversion of the provider's errors into abx:epp's: every export
+/// answers through it, with the settings in hand for redaction.
+fn wit<T>(result: error::Result<T>) -> R<T> {
+    result.map_err(|e| e.into_epp(config::settings().ok()))
+}
+
 impl Guest for Provider {
-    type CommandStream = commands::CommandStream;
+    type CommandStream = Stream<infra::CommandEvent>;
     type PtyStream = pty::PtyStream;
     type FileReader = files::FileReader;
     type FileWriter = files::FileWriter;
     type WatchStream = watch::WatchStream;
-    type CodeStream = code::CodeStream;
+    type CodeStream = Stream<infra::CodeEvent>;
+    type BatchWriter = files::BatchWriter;
 
     fn describe() -> ProviderInfo {
         ProviderInfo {
@@ -129,78 +142,82 @@ impl Guest for Provider {
     }
 
     fn check_settings() -> R<()> {
-        config::settings().map(drop)
+        wit(config::settings().map(drop))
+    }
+
+    fn undo(token: String) -> R<String> {
+        wit(undo::undo(&token))
     }
 
     fn sandbox_create(req: CreateRequest) -> R<SandboxInfo> {
-        sandbox::create(req)
+        wit(sandbox::create(req))
     }
     fn sandbox_connect(sandbox_id: String) -> R<SandboxInfo> {
-        sandbox::connect(&sandbox_id)
+        wit(sandbox::connect(&sandbox_id))
     }
     fn sandbox_get_info(sandbox_id: String) -> R<SandboxInfo> {
-        sandbox::get_info(&sandbox_id)
+        wit(sandbox::get_info(&sandbox_id))
     }
     fn sandbox_list(req: ListRequest) -> R<Vec<SandboxInfo>> {
-        sandbox::list(req)
+        wit(sandbox::list(req))
     }
     fn sandbox_kill(sandbox_id: String) -> R<()> {
-        sandbox::kill(&sandbox_id)
+        wit(sandbox::kill(&sandbox_id))
     }
     fn sandbox_set_timeout(sandbox_id: String, timeout: u32) -> R<String> {
-        sandbox::set_timeout(&sandbox_id, timeout)
+        wit(sandbox::set_timeout(&sandbox_id, timeout))
     }
     fn sandbox_pause(sandbox_id: String) -> R<()> {
-        sandbox::pause(&sandbox_id)
+        wit(sandbox::pause(&sandbox_id))
     }
     fn sandbox_resume(sandbox_id: String) -> R<SandboxInfo> {
-        sandbox::resume(&sandbox_id)
+        wit(sandbox::resume(&sandbox_id))
     }
 
     fn commands_run(req: CommandRequest) -> R<infra::CommandStream> {
-        commands::run(req).map(infra::CommandStream::new)
+        wit(commands::run(req).map(|s| infra::CommandStream::new(Stream::new(s))))
     }
     fn commands_run_stdin(req: CommandRequest) -> R<infra::CommandStream> {
-        stdin::run(req).map(|pipe| infra::CommandStream::new(commands::CommandStream::Pipe(pipe)))
+        wit(commands::stdin::run(req).map(|pipe| infra::CommandStream::new(Stream::new(pipe))))
     }
     fn commands_start(req: CommandRequest) -> R<String> {
-        commands::start_background(req)
+        wit(commands::start_background(req))
     }
     fn commands_kill(sandbox_id: String, command_id: String) -> R<()> {
-        commands::kill(&sandbox_id, &command_id)
+        wit(commands::kill(&sandbox_id, &command_id))
     }
     fn commands_status(sandbox_id: String, command_id: String) -> R<CommandStatus> {
-        commands::status(&sandbox_id, &command_id)
+        wit(commands::status(&sandbox_id, &command_id))
     }
     fn commands_logs(
         sandbox_id: String,
         command_id: String,
         cursor: Option<u64>,
     ) -> R<CommandLogs> {
-        commands::logs(&sandbox_id, &command_id, cursor)
+        wit(commands::logs(&sandbox_id, &command_id, cursor))
     }
 
     fn process_list(sandbox_id: String) -> R<Vec<ProcessInfo>> {
-        process::list(&sandbox_id)
+        wit(process::list(&sandbox_id))
     }
     fn process_signal(sandbox_id: String, pid: u32, signal: String) -> R<()> {
-        process::signal(&sandbox_id, pid, &signal)
+        wit(process::signal(&sandbox_id, pid, &signal))
     }
     fn commands_send_input(sandbox_id: String, command_id: String, data: Vec<u8>) -> R<()> {
-        stdin::send_input(&sandbox_id, &command_id, data)
+        wit(commands::stdin::send_input(&sandbox_id, &command_id, data))
     }
 
     fn pty_create(req: PtyRequest) -> R<(String, infra::PtyStream)> {
-        pty::create(req).map(|(id, stream)| (id, infra::PtyStream::new(stream)))
+        wit(pty::create(req).map(|(id, stream)| (id, infra::PtyStream::new(stream))))
     }
     fn pty_send_input(sandbox_id: String, pty_id: String, data: Vec<u8>) -> R<()> {
-        pty::send_input(&sandbox_id, &pty_id, data)
+        wit(pty::send_input(&sandbox_id, &pty_id, data))
     }
     fn pty_resize(sandbox_id: String, pty_id: String, cols: u16, rows: u16) -> R<()> {
-        pty::resize(&sandbox_id, &pty_id, cols, rows)
+        wit(pty::resize(&sandbox_id, &pty_id, cols, rows))
     }
     fn pty_kill(sandbox_id: String, pty_id: String) -> R<()> {
-        pty::kill(&sandbox_id, &pty_id)
+        wit(pty::kill(&sandbox_id, &pty_id))
     }
 
     fn files_read(
@@ -208,7 +225,7 @@ impl Guest for Provider {
         path: String,
         range: Option<ByteRange>,
     ) -> R<infra::FileReader> {
-        files::read(&sandbox_id, &path, range).map(infra::FileReader::new)
+        wit(files::read(&sandbox_id, &path, range).map(infra::FileReader::new))
     }
     fn files_write(
         sandbox_id: String,
@@ -216,103 +233,109 @@ impl Guest for Provider {
         size: u64,
         mode: Option<u32>,
     ) -> R<infra::FileWriter> {
-        files::write(&sandbox_id, &path, size, mode).map(infra::FileWriter::new)
+        wit(files::write(&sandbox_id, &path, size, mode).map(infra::FileWriter::new))
     }
-    fn files_write_many(sandbox_id: String, files: Vec<infra::FileUpload>) -> R<Vec<FileInfo>> {
-        files_many::write_many(&sandbox_id, files)
+    fn files_write_many(
+        sandbox_id: String,
+        files: Vec<infra::FileUpload>,
+    ) -> R<infra::BatchWriter> {
+        wit(files::write_many(&sandbox_id, files).map(infra::BatchWriter::new))
     }
     fn files_list(sandbox_id: String, path: String, depth: u32) -> R<Vec<FileInfo>> {
-        files::list(&sandbox_id, &path, depth)
+        wit(files::list(&sandbox_id, &path, depth))
     }
     fn files_get_info(sandbox_id: String, path: String) -> R<FileInfo> {
-        files::get_info(&sandbox_id, &path)
+        wit(files::get_info(&sandbox_id, &path))
     }
     fn files_exists(sandbox_id: String, path: String) -> R<bool> {
-        files::exists(&sandbox_id, &path)
+        wit(files::exists(&sandbox_id, &path))
     }
     fn files_make_dir(sandbox_id: String, path: String) -> R<bool> {
-        files::make_dir(&sandbox_id, &path)
+        wit(files::make_dir(&sandbox_id, &path))
     }
     fn files_remove(sandbox_id: String, path: String) -> R<()> {
-        files::remove(&sandbox_id, &path)
+        wit(files::remove(&sandbox_id, &path))
     }
     fn files_rename(sandbox_id: String, old_path: String, new_path: String) -> R<FileInfo> {
-        files::rename(&sandbox_id, &old_path, &new_path)
+        wit(files::rename(&sandbox_id, &old_path, &new_path))
     }
     fn files_search(sandbox_id: String, path: String, pattern: String) -> R<Vec<FileInfo>> {
-        files::search(&sandbox_id, &path, &pattern)
+        wit(files::search(&sandbox_id, &path, &pattern))
     }
 
     fn ports_url(sandbox_id: String, port: u16) -> R<PortUrl> {
-        ports::url(&sandbox_id, port)
+        wit(ports::url(&sandbox_id, port))
     }
 
     fn files_watch(sandbox_id: String, path: String, recursive: bool) -> R<infra::WatchStream> {
-        watch::watch(&sandbox_id, &path, recursive).map(infra::WatchStream::new)
+        wit(watch::watch(&sandbox_id, &path, recursive).map(infra::WatchStream::new))
     }
     fn files_upload_url(sandbox_id: String, path: String) -> R<TransferUrl> {
-        transfer::upload_url(&sandbox_id, &path)
+        wit(transfer::upload_url(&sandbox_id, &path))
     }
     fn files_download_url(sandbox_id: String, path: String) -> R<TransferUrl> {
-        transfer::download_url(&sandbox_id, &path)
+        wit(transfer::download_url(&sandbox_id, &path))
     }
     fn code_run(req: CodeRequest) -> R<CodeResult> {
-        code::run_collected(req)
+        wit(code::run_collected(req))
     }
     fn code_create_context(
         sandbox_id: String,
         language: Option<String>,
         cwd: Option<String>,
     ) -> R<String> {
-        code::create_context(&sandbox_id, language.as_deref(), cwd.as_deref()).map(|c| c.context_id)
+        wit(
+            code::create_context(&sandbox_id, language.as_deref(), cwd.as_deref())
+                .map(|c| c.context_id),
+        )
     }
     fn code_run_events(req: CodeRequest) -> R<infra::CodeStream> {
-        code::run(req).map(infra::CodeStream::new)
+        wit(code::run(req).map(|s| infra::CodeStream::new(Stream::new(s))))
     }
     fn code_list_contexts(sandbox_id: String, language: Option<String>) -> R<Vec<CodeContext>> {
-        code::list_contexts(&sandbox_id, language.as_deref())
+        wit(code::list_contexts(&sandbox_id, language.as_deref()))
     }
     fn code_get_context(sandbox_id: String, context_id: String) -> R<CodeContext> {
-        code::get_context(&sandbox_id, &context_id)
+        wit(code::get_context(&sandbox_id, &context_id))
     }
     fn code_remove_context(sandbox_id: String, context_id: String) -> R<()> {
-        code::remove_context(&sandbox_id, &context_id)
+        wit(code::remove_context(&sandbox_id, &context_id))
     }
     fn code_interrupt(sandbox_id: String, context_id: String) -> R<()> {
-        code::interrupt(&sandbox_id, &context_id)
+        wit(code::interrupt(&sandbox_id, &context_id))
     }
     fn code_restart_context(sandbox_id: String, context_id: String) -> R<CodeContext> {
-        code::restart_context(&sandbox_id, &context_id)
+        wit(code::restart_context(&sandbox_id, &context_id))
     }
     fn code_languages(sandbox_id: String) -> R<Vec<String>> {
-        code::languages(&sandbox_id)
+        wit(code::languages(&sandbox_id))
     }
     fn templates_list() -> R<Vec<TemplateInfo>> {
-        Err(unsupported::capability("templates.list"))
+        wit(Err(unsupported::capability("templates.list")))
     }
     fn templates_get(_: String) -> R<TemplateInfo> {
-        Err(unsupported::capability("templates.get"))
+        wit(Err(unsupported::capability("templates.get")))
     }
     fn templates_build(_: TemplateBuildRequest) -> R<TemplateInfo> {
-        Err(unsupported::capability("templates.build"))
+        wit(Err(unsupported::capability("templates.build")))
     }
     fn ports_domain(_: String, _: u16, _: String) -> R<PortUrl> {
-        Err(unsupported::capability("ports.domain"))
+        wit(Err(unsupported::capability("ports.domain")))
     }
     fn storage_mount(_: MountRequest) -> R<()> {
-        Err(unsupported::capability("storage.mount"))
+        wit(Err(unsupported::capability("storage.mount")))
     }
     fn storage_unmount(_: String, _: String) -> R<()> {
-        Err(unsupported::capability("storage.unmount"))
+        wit(Err(unsupported::capability("storage.unmount")))
     }
     fn network_vpc_attach(_: String, _: String) -> R<()> {
-        Err(unsupported::capability("network.vpc_attach"))
+        wit(Err(unsupported::capability("network.vpc_attach")))
     }
     fn network_vpc_detach(_: String, _: String) -> R<()> {
-        Err(unsupported::capability("network.vpc_detach"))
+        wit(Err(unsupported::capability("network.vpc_detach")))
     }
     fn sessions_create(sandbox_id: String, cwd: Option<String>) -> R<String> {
-        sessions::create(&sandbox_id, cwd.as_deref())
+        wit(sessions::create(&sandbox_id, cwd.as_deref()))
     }
     fn sessions_run(
         sandbox_id: String,
@@ -320,10 +343,78 @@ impl Guest for Provider {
         cmd: String,
         timeout_ms: Option<u64>,
     ) -> R<infra::CommandStream> {
-        sessions::run(&sandbox_id, &session_id, &cmd, timeout_ms).map(infra::CommandStream::new)
+        wit(sessions::run(&sandbox_id, &session_id, &cmd, timeout_ms)
+            .map(|s| infra::CommandStream::new(Stream::new(s))))
     }
     fn sessions_close(sandbox_id: String, session_id: String) -> R<()> {
-        sessions::close(&sandbox_id, &session_id)
+        wit(sessions::close(&sandbox_id, &session_id))
+    }
+}
+
+// The resources' methods: each answers through `wit` too.
+
+/// A stream resource of events `E`, whichever source serves it (execd's
+/// event streams, a PTY pipe).
+pub struct Stream<E>(RefCell<Box<dyn Source<E>>>);
+
+impl<E> Stream<E> {
+    fn new(source: impl Source<E> + 'static) -> Stream<E> {
+        Stream(RefCell::new(Box::new(source)))
+    }
+
+    fn next(&self) -> error::Result<Option<Vec<E>>> {
+        self.0.borrow_mut().next()
+    }
+}
+
+impl infra::GuestCommandStream for Stream<infra::CommandEvent> {
+    fn next(&self) -> R<Option<Vec<infra::CommandEvent>>> {
+        wit(Stream::next(self))
+    }
+}
+
+impl infra::GuestCodeStream for Stream<infra::CodeEvent> {
+    fn next(&self) -> R<Option<Vec<infra::CodeEvent>>> {
+        wit(Stream::next(self))
+    }
+}
+
+impl infra::GuestPtyStream for pty::PtyStream {
+    fn next(&self) -> R<Option<infra::PtyEvent>> {
+        wit(pty::PtyStream::next(self))
+    }
+}
+
+impl infra::GuestWatchStream for watch::WatchStream {
+    fn next(&self) -> R<Option<infra::FileEvent>> {
+        wit(watch::WatchStream::next(self))
+    }
+}
+
+impl infra::GuestFileReader for files::FileReader {
+    fn size(&self) -> Option<u64> {
+        files::FileReader::size(self)
+    }
+    fn read(&self, max: u32) -> R<Option<Vec<u8>>> {
+        wit(files::FileReader::read(self, max))
+    }
+}
+
+impl infra::GuestFileWriter for files::FileWriter {
+    fn write(&self, chunk: Vec<u8>) -> R<()> {
+        wit(files::FileWriter::write(self, chunk))
+    }
+    fn finish(&self) -> R<FileInfo> {
+        wit(files::FileWriter::finish(self))
+    }
+}
+
+impl infra::GuestBatchWriter for files::BatchWriter {
+    fn write(&self, chunk: Vec<u8>) -> R<()> {
+        wit(files::BatchWriter::write(self, chunk))
+    }
+    fn finish(&self) -> R<Vec<FileInfo>> {
+        wit(files::BatchWriter::finish(self))
     }
 }
 

@@ -1,7 +1,7 @@
 //! Client of the OpenSandbox lifecycle API (`…/v1/sandboxes`).
 
 use crate::config;
-use crate::error::{self, Result, invalid};
+use crate::error::{self, Error, Result, invalid};
 use crate::http::{Request, Response, Timeouts, Transport, Url, encode};
 use crate::models::{
     CreateSandboxRequest, Endpoint, RenewRequest, RenewResponse, Sandbox, SandboxList,
@@ -31,6 +31,15 @@ pub fn check_id(kind: &str, id: &str) -> Result<()> {
             "`{id}` is not a valid {kind} id (letters, digits, `-`, `_` and `.` only)"
         )))
     }
+}
+
+/// A `POST /sandboxes` that failed, and whether the server may still have
+/// made the sandbox (the request went out but no usable answer came back: a
+/// broken connection, a timeout, 502/504, or a 2xx that could not be read).
+#[derive(Debug)]
+pub struct CreateFailed {
+    pub error: Error,
+    pub may_exist: bool,
 }
 
 pub struct Lifecycle {
@@ -130,18 +139,27 @@ impl Lifecycle {
 
     /// `POST /sandboxes`. Creation is synchronous on the server (it pulls the
     /// image first), so the answer may take minutes. Never retried: when the
-    /// answer is lost after the request went out, the sandbox may exist, and the
-    /// error says how to find it.
-    pub fn create(&self, req: &CreateSandboxRequest, wait: Duration) -> Result<Sandbox> {
+    /// answer is lost after the request went out, the sandbox may exist, which
+    /// the failure says (`may_exist`), so that the caller can say how to find it.
+    pub fn create(
+        &self,
+        req: &CreateSandboxRequest,
+        wait: Duration,
+    ) -> std::result::Result<Sandbox, CreateFailed> {
         let subject = "the new sandbox";
         let body = Self::body(req);
-        let outcome = self.exchange(
-            "POST",
-            "/sandboxes",
-            body.as_deref(),
-            Some(Timeouts::API.first_byte(wait)),
-        )?;
-        let ambiguous = match &outcome {
+        let outcome = self
+            .exchange(
+                "POST",
+                "/sandboxes",
+                body.as_deref(),
+                Some(Timeouts::API.first_byte(wait)),
+            )
+            .map_err(|error| CreateFailed {
+                error,
+                may_exist: false,
+            })?;
+        let may_exist = match &outcome {
             Err(Transport::Broken(_) | Transport::Timeout(_)) => true,
             Ok(resp) => matches!(resp.status, 200..=299 | 502 | 504),
             Err(_) => false,
@@ -150,20 +168,7 @@ impl Lifecycle {
             .map_err(|t| error::transport(t, &self.target))
             .and_then(|resp| self.answer(resp, subject))
             .and_then(|resp| self.json(resp, subject))
-            .map_err(|mut e| {
-                if ambiguous {
-                    if let Some(cut) = e.message.strip_suffix("; retry").map(str::len) {
-                        e.message.truncate(cut);
-                    }
-                    e.message.push_str(
-                        ". Before retrying: the request may have reached the server, so the \
-                         sandbox may exist; find it with sandbox.list (filter by the metadata you \
-                         gave it) and kill it, or it expires after its timeout (sandbox.create is \
-                         never retried automatically)",
-                    );
-                }
-                e
-            })
+            .map_err(|error| CreateFailed { error, may_exist })
     }
 
     pub fn get(&self, id: &str) -> Result<Sandbox> {

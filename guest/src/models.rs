@@ -184,3 +184,36 @@ pub struct Move<'a> {
 pub struct PtyCreated {
     pub session_id: String,
 }
+
+/// `POST /code/context` body.
+#[derive(Serialize)]
+pub struct NewContext<'a> {
+    pub language: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<&'a str>,
+}
+
+/// execd's CodeContext (also what the provider remembers of one).
+#[derive(Deserialize, Serialize, Clone)]
+pub struct ExecdContext {
+    #[serde(default)]
+    pub id: String,
+    #[serde(default)]
+    pub language: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+}
+
+/// `POST /code` body.
+#[derive(Serialize)]
+pub struct RunCode<'a> {
+    pub context: RunContext<'a>,
+    pub code: &'a str,
+}
+
+#[derive(Serialize)]
+pub struct RunContext<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<&'a str>,
+    pub language: &'a str,
+}

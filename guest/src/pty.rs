@@ -5,7 +5,7 @@
 
 use crate::bindings::abx::epp::memo;
 use crate::bindings::abx::epp::websocket::{self, Message};
-use crate::bindings::exports::abx::epp::infra::{GuestPtyStream, PtyEvent, PtyRequest};
+use crate::bindings::exports::abx::epp::infra::{PtyEvent, PtyRequest};
 use crate::error::{self, Result, invalid, not_found};
 use crate::execd::Execd;
 use crate::lifecycle::check_id;
@@ -68,7 +68,7 @@ fn command(req: &PtyRequest) -> Result<Option<String>> {
 }
 
 fn send_json(key: &str, value: serde_json::Value) -> Result<()> {
-    websocket::send(key, &Message::Text(value.to_string()))
+    Ok(websocket::send(key, &Message::Text(value.to_string()))?)
 }
 
 pub struct PtyStream {
@@ -76,8 +76,8 @@ pub struct PtyStream {
     exited: Cell<bool>,
 }
 
-impl GuestPtyStream for PtyStream {
-    fn next(&self) -> Result<Option<PtyEvent>> {
+impl PtyStream {
+    pub fn next(&self) -> Result<Option<PtyEvent>> {
         if self.exited.get() {
             return Ok(None);
         }
@@ -229,7 +229,7 @@ pub fn send_input(sandbox_id: &str, pty_id: &str, data: Vec<u8>) -> Result<()> {
     let mut frame = Vec::with_capacity(data.len() + 1);
     frame.push(0);
     frame.extend_from_slice(&data);
-    websocket::send(&key, &Message::Binary(frame))
+    Ok(websocket::send(&key, &Message::Binary(frame))?)
 }
 
 pub fn resize(sandbox_id: &str, pty_id: &str, cols: u16, rows: u16) -> Result<()> {

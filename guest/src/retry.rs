@@ -11,6 +11,9 @@
 //!   sandbox, `POST /command` would run the command twice, an upload could race
 //!   itself. The caller gets the error and decides.
 //! - Timeouts are never retried: the whole budget was already spent once.
+//! - A request to a sandbox endpoint that changed since it was memoised goes
+//!   again at once to the new one by the same rule ([`resend_to_fresh_endpoint`]):
+//!   any request after a refused connection, only reads after a broken one.
 //! - At most [`MAX_RETRIES`] retries, [`BACKOFF_MS`] apart (±20 % jitter), and
 //!   none that would start later than [`BUDGET_MS`] after the first attempt.
 //!   A failing read therefore costs at most 1.75 s (+ jitter) of waiting on top
@@ -63,6 +66,19 @@ pub fn retryable(method: &str, failure: Failure) -> bool {
             Failure::Refused | Failure::Broken | Failure::Status(502..=504)
         ),
         "DELETE" => matches!(failure, Failure::Refused | Failure::Status(503)),
+        _ => false,
+    }
+}
+
+/// Whether a request that failed on a memoised sandbox endpoint may go again
+/// at once to the endpoint resolved afresh, when that changed (the old address
+/// was another server). After a refused connection nothing was sent, so any
+/// request may; after a broken one the request may have been acted on, so only
+/// what [`retryable`] allows (never a `POST`: a command would run twice).
+pub fn resend_to_fresh_endpoint(method: &str, failure: Failure) -> bool {
+    match failure {
+        Failure::Refused => true,
+        Failure::Broken => retryable(method, Failure::Broken),
         _ => false,
     }
 }
@@ -164,6 +180,30 @@ mod tests {
             for f in [Failure::Refused, Failure::Broken, Failure::Status(503)] {
                 assert!(!retryable(method, f), "{method} {f:?}");
             }
+        }
+    }
+
+    #[test]
+    fn a_fresh_endpoint_gets_only_what_was_certainly_not_acted_on() {
+        // Refused: nothing reached the old address, so anything may go again.
+        for method in ["GET", "HEAD", "DELETE", "POST", "PUT", "PATCH"] {
+            assert!(
+                resend_to_fresh_endpoint(method, Failure::Refused),
+                "{method}"
+            );
+        }
+        // Broken: the old server may have acted on it; reads only.
+        assert!(resend_to_fresh_endpoint("GET", Failure::Broken));
+        assert!(resend_to_fresh_endpoint("HEAD", Failure::Broken));
+        for method in ["POST", "PUT", "PATCH", "DELETE"] {
+            assert!(
+                !resend_to_fresh_endpoint(method, Failure::Broken),
+                "{method}"
+            );
+        }
+        // Anything else is an answer, or a wait already spent.
+        for f in [Failure::Status(502), Failure::Timeout, Failure::Final] {
+            assert!(!resend_to_fresh_endpoint("GET", f), "{f:?}");
         }
     }
 

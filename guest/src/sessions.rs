@@ -12,13 +12,17 @@
 //! lines dropped. The session id is all a run needs, so any process may run in a
 //! session another created.
 
-use crate::commands::{self, CommandStream};
-use crate::error::{self, Result, invalid, not_found};
+use crate::bindings::exports::abx::epp::infra::{CommandEvent, CommandExit};
+use crate::error::{self, Error, Result, invalid, not_found};
+use crate::event_stream::{Clock, EventStream, Failure, Mapping, Step, stream_timeouts};
 use crate::execd::Execd;
+use crate::exit_code;
 use crate::http::encode;
 use crate::lifecycle::check_id;
+use crate::lines::{self, Lines};
+use crate::models::ExecEvent;
+use crate::refusal::{self, Refusal};
 use crate::sse::FrameReader;
-use crate::time::monotonic_ms;
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize)]
@@ -39,7 +43,7 @@ struct Run<'a> {
     timeout: Option<u64>,
 }
 
-fn gone(sandbox_id: &str, session_id: &str) -> crate::bindings::abx::epp::types::EppError {
+fn gone(sandbox_id: &str, session_id: &str) -> Error {
     not_found(format!(
         "session {session_id} does not exist in sandbox {sandbox_id} (it was closed, or never \
          created there); create one with sessions.create"
@@ -66,12 +70,94 @@ pub fn create(sandbox_id: &str, cwd: Option<&str>) -> Result<String> {
     Ok(created.session_id)
 }
 
+/// How a session run's events become a command's: execd sends lines without
+/// their terminators, stderr merged into stdout, and reports a timeout as a
+/// bare error frame.
+///
+/// No token: an abandoned run ends when its connection drops with the
+/// provider's instance (execd kills a session run whose client went away),
+/// and the only way to stop it by id, `DELETE /session/{id}`, would close the
+/// session itself, which the user may still run in.
+pub struct SessionEvents {
+    session_id: String,
+    target: String,
+    clock: Clock,
+}
+
+impl Mapping for SessionEvents {
+    type Event = CommandEvent;
+    const WHAT: &'static str = "the command";
+
+    fn target(&self) -> String {
+        self.target.clone()
+    }
+
+    fn map(
+        &mut self,
+        event: ExecEvent,
+        out: &mut Vec<CommandEvent>,
+    ) -> std::result::Result<Step, Failure> {
+        let text = event.text.unwrap_or_default();
+        match event.kind.as_str() {
+            "init" => out.push(CommandEvent::Started(text)),
+            "stdout" => out.push(CommandEvent::Stdout(lines::output(Lines::Stripped, text))),
+            "stderr" => out.push(CommandEvent::Stderr(lines::output(Lines::Stripped, text))),
+            "execution_complete" => {
+                out.push(CommandEvent::Exited(CommandExit {
+                    exit_code: 0,
+                    error: None,
+                }));
+                return Ok(Step::End);
+            }
+            "error" => {
+                let e = event.error.unwrap_or_default();
+                if exit_code::by_signal(&e) && self.clock.passed() {
+                    return Err(Failure::ended(self.timed_out()));
+                }
+                out.push(CommandEvent::Exited(exit_code::of_error(e)));
+                return Ok(Step::End);
+            }
+            _ => {}
+        }
+        Ok(Step::Go)
+    }
+
+    fn refused(&mut self, message: &str) -> Option<Failure> {
+        (refusal::of_frame(message) == Refusal::SessionTimeout)
+            .then(|| Failure::ended(self.timed_out()))
+    }
+
+    fn at_end(&mut self, _out: &mut Vec<CommandEvent>) -> bool {
+        false
+    }
+
+    fn lost(&self) -> String {
+        format!(
+            "the command stream from {} ended before the command finished (connection lost); \
+             the command may still be running: check commands.status",
+            self.target
+        )
+    }
+}
+
+impl SessionEvents {
+    fn timed_out(&self) -> Error {
+        error::timed_out(format!(
+            "the run in session {} ({}) ran longer than its timeout of {} s; execd killed its \
+             whole process group (the session stays usable)",
+            self.session_id,
+            self.target,
+            self.clock.seconds()
+        ))
+    }
+}
+
 pub fn run(
     sandbox_id: &str,
     session_id: &str,
     cmd: &str,
     timeout_ms: Option<u64>,
-) -> Result<CommandStream> {
+) -> Result<EventStream<SessionEvents>> {
     check_id("session", session_id)?;
     if cmd.trim().is_empty() {
         return Err(invalid("`cmd` is empty; give a shell command line"));
@@ -87,8 +173,8 @@ pub fn run(
     })
     .expect("serialisable");
     let path = format!("/session/{}/run", encode(session_id));
-    let timeouts = commands::command_timeouts(timeout_ms);
-    let started_ms = monotonic_ms();
+    let timeouts = stream_timeouts(timeout_ms);
+    let clock = Clock::start(timeout_ms);
     let resp = execd.send(
         |e| {
             Ok(e.request("POST", &path)?
@@ -100,7 +186,7 @@ pub fn run(
     )?;
     if resp.status == 500 {
         let body = resp.read_all(64 * 1024).unwrap_or_default();
-        if String::from_utf8_lossy(&body).contains("context not found") {
+        if refusal::of_answer(500, &body) == Refusal::NoContext {
             return Err(gone(sandbox_id, session_id));
         }
         return Err(error::status(
@@ -111,13 +197,15 @@ pub fn run(
         ));
     }
     let resp = execd.check(resp, &format!("a run in session {session_id}"))?;
-    Ok(commands::follow_session(
+    let mapping = SessionEvents {
+        session_id: session_id.to_string(),
+        target: execd.target().to_string(),
+        clock,
+    };
+    Ok(EventStream::new(
         FrameReader::new(resp.into_reader()),
         sandbox_id,
-        session_id,
-        execd.target().to_string(),
-        timeout_ms,
-        started_ms,
+        mapping,
     ))
 }
 

@@ -17,6 +17,17 @@ pub enum Frame {
     },
 }
 
+/// Where a stream's frames come from: execd's response body
+/// ([`FrameReader`]), or a test's list.
+pub trait Frames {
+    /// The next non-empty frame; none at the end of the stream.
+    fn next(&mut self) -> Result<Option<Result<Frame, String>>, Transport>;
+    /// Whether a complete frame is waiting (so `next` will not block).
+    fn has_buffered(&mut self) -> bool;
+    /// Stops reading and closes the connection.
+    fn close(&mut self);
+}
+
 /// Splits a byte stream into frames (reads execd's response body).
 pub struct FrameReader {
     body: Option<BodyReader>,
@@ -225,14 +236,14 @@ impl FrameReader {
             split: Splitter::default(),
         }
     }
+}
 
-    /// Whether a complete frame is waiting (so `next` will not block).
-    pub fn has_buffered(&mut self) -> bool {
+impl Frames for FrameReader {
+    fn has_buffered(&mut self) -> bool {
         self.split.seek().is_some()
     }
 
-    /// The next non-empty frame; none at the end of the stream.
-    pub fn next(&mut self) -> Result<Option<Result<Frame, String>>, Transport> {
+    fn next(&mut self) -> Result<Option<Result<Frame, String>>, Transport> {
         loop {
             while let Some((raw, multiline)) = self.split.frame() {
                 if let Some(frame) = parse_scanned(raw, multiline) {
@@ -252,8 +263,7 @@ impl FrameReader {
         }
     }
 
-    /// Stops reading and closes the connection.
-    pub fn close(&mut self) {
+    fn close(&mut self) {
         self.body = None;
         self.split = Splitter::default();
     }

@@ -1,8 +1,7 @@
 //! Capabilities OpenSandbox cannot provide. Each answers E8004 at once, without
 //! any I/O, saying what to use instead.
 
-use crate::bindings::abx::epp::types::EppError;
-use crate::error::unsupported;
+use crate::error::{Error, unsupported};
 
 /// Why each unsupported method is missing, and what to use instead.
 fn reason(method: &str) -> &'static str {
@@ -24,6 +23,6 @@ fn reason(method: &str) -> &'static str {
     }
 }
 
-pub fn capability(method: &str) -> EppError {
+pub fn capability(method: &str) -> Error {
     unsupported(method, reason(method))
 }

@@ -17,12 +17,11 @@
 //! would first cost a probe command, and a cancelled watch would leave the
 //! `inotifywait` running in the sandbox (the host drops the call; nothing kills it).
 
-use crate::bindings::abx::epp::types::{EppError, ErrorCode};
-use crate::bindings::exports::abx::epp::infra::{FileEvent, FileEventKind, GuestWatchStream};
-use crate::error::{self, Result, invalid, not_found};
+use crate::bindings::exports::abx::epp::infra::{FileEvent, FileEventKind};
+use crate::broken_off::{self, Diagnosis};
+use crate::error::{self, Error, Kind, Result, invalid, not_found};
 use crate::execd::Execd;
 use crate::http::{Timeouts, encode};
-use crate::lifecycle::Lifecycle;
 use crate::models::ExecdFileInfo;
 use crate::time::{monotonic_ms, sleep_ms};
 use std::cell::RefCell;
@@ -160,23 +159,17 @@ fn poll(execd: &mut Execd, path: &str, target: Target) -> Result<Seen> {
 
 /// Why polling `sandbox_id` failed, when the sandbox itself is the reason: it was
 /// deleted (E4004) or is no longer running (E4009). `None`: it still runs.
-fn sandbox_gone(sandbox_id: &str) -> Option<EppError> {
-    match Lifecycle::new().and_then(|l| l.get(sandbox_id)) {
-        Err(e) if e.code == ErrorCode::NotFound => {
-            Execd::forget(sandbox_id);
-            Some(not_found(format!(
-                "sandbox {sandbox_id} was deleted (or expired); the watch ends here"
-            )))
-        }
-        Ok(s) if s.status.state != "Running" => {
-            Execd::forget(sandbox_id);
-            Some(error::conflict(format!(
-                "sandbox {sandbox_id} is {} and no longer answers; the watch ends here (start a \
-                 new one once it runs again)",
-                s.status.state.to_lowercase()
-            )))
-        }
-        _ => None,
+fn sandbox_gone(sandbox_id: &str) -> Option<Error> {
+    match broken_off::diagnose(sandbox_id) {
+        Diagnosis::Deleted => Some(not_found(format!(
+            "sandbox {sandbox_id} was deleted (or expired); the watch ends here"
+        ))),
+        Diagnosis::Stopped { state, .. } => Some(error::conflict(format!(
+            "sandbox {sandbox_id} is {} and no longer answers; the watch ends here (start a \
+             new one once it runs again)",
+            state.to_lowercase()
+        ))),
+        Diagnosis::Running => None,
     }
 }
 
@@ -193,7 +186,7 @@ pub fn watch(sandbox_id: &str, path: &str, recursive: bool) -> Result<WatchStrea
     let started = monotonic_ms();
     let first = match poll(&mut execd, path, target) {
         // Not a directory (a file, or a symlink): watch the path itself.
-        Err(e) if e.code == ErrorCode::InvalidArgument => {
+        Err(e) if e.is(Kind::Invalid) => {
             target = Target::File;
             poll(&mut execd, path, target)?
         }
@@ -260,7 +253,7 @@ impl State {
                         return Err(gone);
                     }
                     self.failures += 1;
-                    if self.failures >= MAX_FAILURES || e.code == ErrorCode::InvalidArgument {
+                    if self.failures >= MAX_FAILURES || e.is(Kind::Invalid) {
                         self.ended = true;
                         return Err(e);
                     }
@@ -270,8 +263,8 @@ impl State {
     }
 }
 
-impl GuestWatchStream for WatchStream {
-    fn next(&self) -> Result<Option<FileEvent>> {
+impl WatchStream {
+    pub fn next(&self) -> Result<Option<FileEvent>> {
         self.inner.borrow_mut().next()
     }
 }

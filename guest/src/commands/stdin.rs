@@ -13,9 +13,11 @@ use crate::bindings::abx::epp::memo;
 use crate::bindings::abx::epp::websocket::{self, Message};
 use crate::bindings::exports::abx::epp::infra::{CommandEvent, CommandExit, CommandRequest};
 use crate::error::{self, Result, invalid, not_found};
+use crate::event_stream::Source;
 use crate::execd::Execd;
 use crate::lifecycle::check_id;
-use std::cell::{Cell, RefCell};
+use crate::undo::Token;
+use crate::utf8::Utf8Carry;
 
 const PREFIX: &str = "stdin-";
 
@@ -35,34 +37,23 @@ fn killed_key(key: &str) -> String {
 pub struct PipeStream {
     key: String,
     command_id: String,
-    started: Cell<bool>,
-    exited: Cell<bool>,
+    /// Out from the start (crate::undo): settled once the command is over.
+    token: Token,
+    started: bool,
+    exited: bool,
     /// Bytes of a UTF-8 sequence split across frames, per stream (stdout, stderr).
-    partial: RefCell<[Vec<u8>; 2]>,
+    partial: [Utf8Carry; 2],
 }
 
 impl PipeStream {
-    fn text(&self, which: usize, bytes: &[u8]) -> String {
-        let mut partial = self.partial.borrow_mut();
-        let buf = &mut partial[which];
-        buf.extend_from_slice(bytes);
-        let valid = match std::str::from_utf8(buf) {
-            Ok(_) => buf.len(),
-            Err(e) if e.error_len().is_none() => e.valid_up_to(),
-            Err(_) => buf.len(),
-        };
-        let rest = buf.split_off(valid);
-        let text = String::from_utf8_lossy(buf).into_owned();
-        *buf = rest;
-        text
+    fn text(&mut self, which: usize, bytes: &[u8]) -> String {
+        self.partial[which].push(bytes)
     }
 
-    fn leftovers(&self, out: &mut Vec<CommandEvent>) {
-        let mut partial = self.partial.borrow_mut();
-        for (i, buf) in partial.iter_mut().enumerate() {
-            if !buf.is_empty() {
-                let text = String::from_utf8_lossy(buf).into_owned();
-                buf.clear();
+    fn leftovers(&mut self, out: &mut Vec<CommandEvent>) {
+        for (i, carry) in self.partial.iter_mut().enumerate() {
+            let text = carry.rest();
+            if !text.is_empty() {
                 out.push(if i == 0 {
                     CommandEvent::Stdout(text)
                 } else {
@@ -79,10 +70,17 @@ impl PipeStream {
 
     /// After our own kill execd may close the terminal, or refuse to start it,
     /// before its exit frame arrives: that is the kill's exit, not a failure.
-    fn killed_exit(&self) -> Option<Vec<CommandEvent>> {
+    /// The command is over: nothing of it is left to undo.
+    fn over(&mut self) {
+        self.exited = true;
+        self.token.settled();
+    }
+
+    fn killed_exit(&mut self) -> Option<Vec<CommandEvent>> {
         if !self.killed() {
             return None;
         }
+        self.over();
         let mut out = Vec::new();
         self.leftovers(&mut out);
         out.push(CommandEvent::Exited(CommandExit {
@@ -91,17 +89,19 @@ impl PipeStream {
         }));
         Some(out)
     }
+}
 
-    pub fn next(&self) -> Result<Option<Vec<CommandEvent>>> {
-        if self.exited.get() {
+impl Source<CommandEvent> for PipeStream {
+    fn next(&mut self) -> Result<Option<Vec<CommandEvent>>> {
+        if self.exited {
             return Ok(None);
         }
-        if !self.started.replace(true) {
+        if !std::mem::replace(&mut self.started, true) {
             return Ok(Some(vec![CommandEvent::Started(self.command_id.clone())]));
         }
         loop {
             let Some(message) = websocket::receive(&self.key)? else {
-                self.exited.set(true);
+                self.exited = true;
                 if let Some(events) = self.killed_exit() {
                     return Ok(Some(events));
                 }
@@ -137,7 +137,7 @@ impl PipeStream {
                     };
                     match v.get("type").and_then(|t| t.as_str()) {
                         Some("exit") => {
-                            self.exited.set(true);
+                            self.over();
                             let code = v.get("exit_code").and_then(|c| c.as_i64()).unwrap_or(-1);
                             let (exit_code, error) = match code {
                                 -1 if self.killed() => (137, Some("signal: killed".to_string())),
@@ -151,12 +151,16 @@ impl PipeStream {
                             return Ok(Some(out));
                         }
                         Some("error") => {
-                            self.exited.set(true);
+                            self.exited = true;
                             // A kill racing the start ends as "pty session is closing".
                             if let Some(events) = self.killed_exit() {
                                 return Ok(Some(events));
                             }
                             let code = v.get("code").and_then(|c| c.as_str()).unwrap_or("ERROR");
+                            // The shell never started, or its terminal is gone.
+                            if matches!(code, "START_FAILED" | "SESSION_GONE") {
+                                self.token.settled();
+                            }
                             let msg = v
                                 .get("error")
                                 .or(v.get("message"))
@@ -171,7 +175,7 @@ impl PipeStream {
                     }
                 }
                 Message::Close((code, reason)) => {
-                    self.exited.set(true);
+                    self.exited = true;
                     if let Some(events) = self.killed_exit() {
                         return Ok(Some(events));
                     }
@@ -211,6 +215,14 @@ pub fn run(req: CommandRequest) -> Result<PipeStream> {
         "command",
         "the command",
     )?;
+    let command_id = format!("{PREFIX}{pty_id}");
+    // The terminal exists from here (its shell starts on attach): a request
+    // that fails from now on removes it (`DELETE /pty/{id}`, commands.kill).
+    let token = Token::Command {
+        sandbox_id: req.sandbox_id.clone(),
+        command_id: command_id.clone(),
+    };
+    token.made();
     let key = key(&req.sandbox_id, &pty_id);
     websocket::connect(
         &key,
@@ -219,10 +231,11 @@ pub fn run(req: CommandRequest) -> Result<PipeStream> {
     )?;
     Ok(PipeStream {
         key,
-        command_id: format!("{PREFIX}{pty_id}"),
-        started: Cell::new(false),
-        exited: Cell::new(false),
-        partial: RefCell::new([Vec::new(), Vec::new()]),
+        command_id,
+        token,
+        started: false,
+        exited: false,
+        partial: Default::default(),
     })
 }
 
@@ -251,7 +264,7 @@ pub fn send_input(sandbox_id: &str, command_id: &str, data: Vec<u8>) -> Result<(
     let mut frame = Vec::with_capacity(data.len() + 1);
     frame.push(0);
     frame.extend_from_slice(&data);
-    websocket::send(&key, &Message::Binary(frame))
+    Ok(websocket::send(&key, &Message::Binary(frame))?)
 }
 
 pub fn kill(sandbox_id: &str, pty_id: &str) -> Result<()> {

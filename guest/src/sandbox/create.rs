@@ -1,14 +1,16 @@
-//! sandbox.lifecycle, sandbox.timeout and sandbox.pause.
+//! sandbox.create: `POST /sandboxes`, then the wait until the sandbox answers.
+//! What a failed or abandoned create leaves is undone: by the label it carries
+//! while the server still answers (crate::sandbox::label), by its id after.
 
+use super::ready::{ready_budget, wait_ready};
+use super::{info, label};
 use crate::bindings::abx::epp::request;
-use crate::bindings::abx::epp::types::ErrorCode;
-use crate::bindings::exports::abx::epp::infra::{CreateRequest, ListRequest, SandboxInfo};
+use crate::bindings::exports::abx::epp::infra::{CreateRequest, SandboxInfo};
 use crate::config;
-use crate::error::{self, Result, conflict, invalid};
-use crate::execd::Execd;
-use crate::lifecycle::Lifecycle;
-use crate::models::{CreateSandboxRequest, ImageAuth, ImageSpec, PlatformSpec, Sandbox};
-use crate::time::{monotonic_ms, now_unix, rfc3339, sleep_ms};
+use crate::error::{self, Error, Kind, Result, invalid};
+use crate::lifecycle::{CreateFailed, Lifecycle};
+use crate::models::{CreateSandboxRequest, ImageAuth, ImageSpec, PlatformSpec};
+use crate::undo::Token;
 use opensandbox_settings::Settings;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -17,8 +19,6 @@ use std::time::Duration;
 const DEFAULT_TIMEOUT: u32 = 300;
 /// OpenSandbox's shortest lifetime.
 const MIN_TIMEOUT: u32 = 60;
-/// How often readiness is polled (the SDK uses 200 ms).
-const POLL_MS: u64 = 200;
 /// How long the server may take to answer `POST /sandboxes` (it pulls the
 /// image inside that call), when the host's deadline leaves that much.
 const POST_WAIT_MS: u64 = 300_000;
@@ -28,40 +28,12 @@ const MIN_POST_WAIT_MS: u64 = 30_000;
 /// or the DELETE of a sandbox that did not become ready).
 const MARGIN_MS: u64 = 15_000;
 
-/// Converts the server's sandbox into EPP's.
-pub fn info(sandbox: Sandbox, image_hint: Option<&str>) -> Result<SandboxInfo> {
-    let settings = config::settings()?;
-    let image = sandbox
-        .image
-        .and_then(|i| i.uri)
-        .or_else(|| image_hint.map(str::to_string));
-    Ok(SandboxInfo {
-        template: image
-            .as_deref()
-            .map(|i| settings.template_for(i))
-            .unwrap_or_default(),
-        image,
-        sandbox_id: sandbox.id,
-        state: sandbox.status.state.to_ascii_lowercase(),
-        metadata: sandbox.metadata.unwrap_or_default().into_iter().collect(),
-        created_at: sandbox.created_at,
-        expires_at: sandbox.expires_at,
-    })
-}
-
-/// The server's state names are capitalised (`Running`).
-fn server_state(state: &str) -> String {
-    let mut chars = state.trim().chars();
-    match chars.next() {
-        Some(first) => {
-            first.to_ascii_uppercase().to_string() + &chars.as_str().to_ascii_lowercase()
-        }
-        None => String::new(),
-    }
-}
-
 /// The server's create body for an EPP request under `settings`; also returns the image.
-fn request(req: &CreateRequest, settings: &Settings) -> Result<(CreateSandboxRequest, String)> {
+fn request(
+    req: &CreateRequest,
+    settings: &Settings,
+    label: &str,
+) -> Result<(CreateSandboxRequest, String)> {
     let template = req.template.as_deref().unwrap_or("base");
     let Some(image) = settings.image_for(template) else {
         let names: Vec<&str> = std::iter::once("base")
@@ -122,7 +94,7 @@ fn request(req: &CreateRequest, settings: &Settings) -> Result<(CreateSandboxReq
         timeout,
         resource_limits: limits,
         env: req.env.iter().cloned().collect(),
-        metadata: req.metadata.iter().cloned().collect(),
+        metadata: label::labelled(&req.metadata, label)?,
         platform: settings.platform.map(|p| PlatformSpec {
             os: p.os,
             arch: p.arch,
@@ -131,76 +103,6 @@ fn request(req: &CreateRequest, settings: &Settings) -> Result<(CreateSandboxReq
         secure_access: settings.secure_access,
     };
     Ok((body, image))
-}
-
-/// Waits until the sandbox answers: endpoint resolved and `/ping` 2xx, failing
-/// fast when the server says it failed. Returns a description of the last state
-/// seen when time runs out.
-fn wait_ready(
-    lifecycle: &Lifecycle,
-    id: &str,
-    budget_ms: u64,
-) -> Result<std::result::Result<(), String>> {
-    let deadline = monotonic_ms() + budget_ms;
-    let mut last;
-    let mut polls = 0u32;
-    Execd::forget(id);
-    loop {
-        match Execd::connect(id) {
-            Ok(execd) => {
-                if execd.ping()? {
-                    return Ok(Ok(()));
-                }
-                last = "execd does not answer /ping yet".into();
-            }
-            Err(e)
-                if e.http_status == Some(404)
-                    && e.upstream_code.as_deref() != Some("KUBERNETES::POD_IP_NOT_AVAILABLE") =>
-            {
-                return Err(e);
-            }
-            Err(e) if e.http_status.is_some_and(|s| s != 404) => return Err(e),
-            Err(e) => last = e.message,
-        }
-        // Every few polls, ask the server whether the sandbox gave up.
-        polls += 1;
-        if polls % 5 == 0 {
-            let sandbox = lifecycle.get(id)?;
-            let state = sandbox.status.state.clone();
-            if matches!(state.as_str(), "Failed" | "Terminated") {
-                return Err(error::upstream(format!(
-                    "sandbox {id} is {state}: {}",
-                    sandbox
-                        .status
-                        .message
-                        .or(sandbox.status.reason)
-                        .unwrap_or_default()
-                )));
-            }
-            last = format!("state {state}, {last}");
-        }
-        if monotonic_ms() >= deadline {
-            Execd::forget(id);
-            // The error names the server's state too, even when time ran out
-            // between two of the polls above.
-            if polls % 5 != 0
-                && let Ok(sandbox) = lifecycle.get(id)
-            {
-                last = format!("state {}, {last}", sandbox.status.state);
-            }
-            return Ok(Err(last));
-        }
-        sleep_ms(POLL_MS.min(deadline.saturating_sub(monotonic_ms()).max(1)));
-    }
-}
-
-fn ready_budget(ready_timeout: Option<u32>) -> Result<u64> {
-    let secs = match ready_timeout {
-        Some(0) => return Err(invalid("`ready_timeout` must be at least 1 second")),
-        Some(s) => s,
-        None => config::settings()?.ready_timeout,
-    };
-    Ok(u64::from(secs) * 1000)
 }
 
 /// How long the create POST may wait for its answer: five minutes, or what
@@ -235,28 +137,45 @@ fn post_wait(
 }
 
 pub fn create(req: CreateRequest) -> Result<SandboxInfo> {
-    let (body, image) = request(&req, config::settings()?)?;
+    let label = label::new();
+    let (body, image) = request(&req, config::settings()?, &label)?;
     let budget = ready_budget(req.ready_timeout)?;
     let post =
         post_wait(budget, request::time_left_ms(), req.ready_timeout.is_some()).map_err(|why| {
             let code = if req.ready_timeout.is_some() {
-                ErrorCode::InvalidArgument
+                Kind::Invalid
             } else {
-                ErrorCode::Configuration
+                Kind::Configuration
             };
-            error::err(code, why)
+            Error::new(code, why)
         })?;
     let lifecycle = Lifecycle::new()?;
-    // The server pulls the image inside this call.
-    let created = lifecycle.create(&body, Duration::from_millis(post))?;
+    // Before the server is asked: a request abandoned while it still creates
+    // the sandbox (it pulls the image inside this call) is undone by finding
+    // the sandbox by its label (crate::sandbox::label).
+    let pending = Token::Create(label.clone());
+    pending.made();
+    let created = match lifecycle.create(&body, Duration::from_millis(post)) {
+        Ok(created) => created,
+        Err(CreateFailed { error, may_exist }) => {
+            if !may_exist {
+                pending.settled();
+                return Err(error);
+            }
+            // The label's token stays out: the host's undo finds the sandbox
+            // if the server made it after all.
+            return Err(label::may_exist(error, &label));
+        }
+    };
     let id = created.id.clone();
-    // From here on the sandbox exists: if this call is abandoned (cancelled,
-    // stopped at its deadline) the host deletes it (`undo=sandbox-kill`).
-    request::made(&id);
+    // From here on the sandbox is known by its id: faster to undo by that.
+    let token = Token::Sandbox(id.clone());
+    token.made();
+    pending.settled();
     if matches!(created.status.state.as_str(), "Failed" | "Terminated") {
-        let _ = lifecycle.delete(&id);
+        let deleted = discard(&lifecycle, &id, &token);
         return Err(error::upstream(format!(
-            "sandbox {id} could not start ({}: {}); it was deleted",
+            "sandbox {id} could not start ({}: {}); {deleted}",
             created.status.reason.unwrap_or_default(),
             created.status.message.unwrap_or_default()
         )));
@@ -264,103 +183,37 @@ pub fn create(req: CreateRequest) -> Result<SandboxInfo> {
     match wait_ready(&lifecycle, &id, budget) {
         Ok(Ok(())) => {}
         Ok(Err(last)) => {
-            let _ = lifecycle.delete(&id);
+            let deleted = discard(&lifecycle, &id, &token);
             return Err(error::timed_out(format!(
-                "sandbox {id} was not ready within {} s (last seen: {last}); it was deleted. \
+                "sandbox {id} was not ready within {} s (last seen: {last}); {deleted}. \
                  Raise ready_timeout or ABX_OPENSANDBOX_READY_TIMEOUT if images are slow to start",
                 budget / 1000
             )));
         }
-        Err(mut e) => {
-            if lifecycle.delete(&id).is_ok() {
-                e.message = format!("{} (sandbox.create deleted sandbox {id})", e.message);
-            }
-            return Err(e);
+        Err(e) => {
+            let message = format!(
+                "{} (sandbox.create: {})",
+                e.message,
+                discard(&lifecycle, &id, &token)
+            );
+            let kind = e.kind;
+            return Err(e.reworded(kind, message));
         }
     }
     let fresh = lifecycle.get(&id).unwrap_or(created);
     info(fresh, Some(&image))
 }
 
-pub fn connect(id: &str) -> Result<SandboxInfo> {
-    let lifecycle = Lifecycle::new()?;
-    let sandbox = lifecycle.get(id)?;
-    // Like E2B, connecting to a paused sandbox resumes it.
-    if sandbox.status.state == "Paused" {
-        return resume(id);
-    }
-    if !matches!(
-        sandbox.status.state.as_str(),
-        "Running" | "Pending" | "Resuming"
-    ) {
-        return Err(conflict(format!(
-            "sandbox {id} is {} and cannot be connected to",
-            sandbox.status.state
-        )));
-    }
-    ensure_ready(&lifecycle, id, None)?;
-    info(lifecycle.get(id)?, None)
-}
-
-fn ensure_ready(lifecycle: &Lifecycle, id: &str, ready_timeout: Option<u32>) -> Result<()> {
-    let budget = ready_budget(ready_timeout)?;
-    match wait_ready(lifecycle, id, budget)? {
-        Ok(()) => Ok(()),
-        Err(last) => Err(error::timed_out(format!(
-            "sandbox {id} did not answer within {} s (last seen: {last})",
-            budget / 1000
-        ))),
-    }
-}
-
-pub fn get_info(id: &str) -> Result<SandboxInfo> {
-    info(Lifecycle::new()?.get(id)?, None)
-}
-
-pub fn list(req: ListRequest) -> Result<Vec<SandboxInfo>> {
-    let lifecycle = Lifecycle::new()?;
-    let states: Vec<String> = req.states.iter().map(|s| server_state(s)).collect();
-    let mut out = Vec::new();
-    for page in 1..=10_000 {
-        let list = lifecycle.list(&states, &req.metadata, page)?;
-        let more =
-            list.pagination.as_ref().is_some_and(|p| p.has_next_page) && !list.items.is_empty();
-        for sandbox in list.items {
-            out.push(info(sandbox, None)?);
-        }
-        if !more {
-            break;
+/// Deletes the sandbox of a create that cannot finish, and says so. Once it
+/// is gone its token is settled; otherwise the host's undo tries again.
+fn discard(lifecycle: &Lifecycle, id: &str, token: &Token) -> &'static str {
+    match lifecycle.delete(id) {
+        Err(e) if !e.is(Kind::NotFound) => "deleting it failed",
+        _ => {
+            token.settled();
+            "it was deleted"
         }
     }
-    Ok(out)
-}
-
-pub fn kill(id: &str) -> Result<()> {
-    let result = Lifecycle::new()?.delete(id);
-    Execd::forget(id);
-    result
-}
-
-pub fn set_timeout(id: &str, timeout: u32) -> Result<String> {
-    if timeout == 0 {
-        return Err(invalid("`timeout` must be at least 1 second from now"));
-    }
-    Lifecycle::new()?.renew(id, rfc3339(now_unix() + u64::from(timeout)))
-}
-
-pub fn pause(id: &str) -> Result<()> {
-    let result = Lifecycle::new()?.pause(id);
-    Execd::forget(id);
-    result
-}
-
-pub fn resume(id: &str) -> Result<SandboxInfo> {
-    let lifecycle = Lifecycle::new()?;
-    lifecycle.resume(id)?;
-    // The endpoint may change after a resume (Kubernetes): resolve it again.
-    Execd::forget(id);
-    ensure_ready(&lifecycle, id, None)?;
-    info(lifecycle.get(id)?, None)
 }
 
 #[cfg(test)]
@@ -398,7 +251,7 @@ mod tests {
     }
 
     fn body(req: &CreateRequest, s: &Settings) -> serde_json::Value {
-        serde_json::to_value(request(req, s).unwrap().0).unwrap()
+        serde_json::to_value(request(req, s, "l-1").unwrap().0).unwrap()
     }
 
     #[test]
@@ -416,6 +269,8 @@ mod tests {
         );
         assert_eq!(b["env"]["A"], "1");
         assert_eq!(b["metadata"]["team"], "ml");
+        // Every create carries its label, for an undo that finds it.
+        assert_eq!(b["metadata"][label::KEY], "l-1");
         for absent in ["platform", "networkPolicy", "secureAccess"] {
             assert!(b.get(absent).is_none(), "{absent} should be left out: {b}");
         }
@@ -458,11 +313,11 @@ mod tests {
             b["entrypoint"],
             serde_json::json!(["/opt/code-interpreter/code-interpreter.sh"])
         );
-        assert!(request(&create(Some("nope"), None), &s).is_err());
-        assert!(request(&create(None, Some(59)), &s).is_err());
+        assert!(request(&create(Some("nope"), None), &s, "l").is_err());
+        assert!(request(&create(None, Some(59)), &s, "l").is_err());
         let mut empty = create(None, None);
         empty.entrypoint = Some(vec![]);
-        assert!(request(&empty, &s).is_err());
+        assert!(request(&empty, &s, "l").is_err());
     }
 
     #[test]
@@ -485,11 +340,5 @@ mod tests {
         );
         assert!(e.contains("600 s") && e.contains("300 s"), "{e}");
         assert!(post_wait(s(10), Some(s(40)), true).is_err());
-    }
-
-    #[test]
-    fn states() {
-        assert_eq!(server_state("running"), "Running");
-        assert_eq!(server_state("PAUSED"), "Paused");
     }
 }
