@@ -173,7 +173,7 @@ pub fn create(req: CreateRequest) -> Result<SandboxInfo> {
     token.made();
     pending.settled();
     if matches!(created.status.state.as_str(), "Failed" | "Terminated") {
-        let deleted = discard(&lifecycle, &id, &token);
+        let deleted = words(discard(&lifecycle, &id, &token));
         return Err(error::upstream(format!(
             "sandbox {id} could not start ({}: {}); {deleted}",
             created.status.reason.unwrap_or_default(),
@@ -183,7 +183,7 @@ pub fn create(req: CreateRequest) -> Result<SandboxInfo> {
     match wait_ready(&lifecycle, &id, budget) {
         Ok(Ok(())) => {}
         Ok(Err(last)) => {
-            let deleted = discard(&lifecycle, &id, &token);
+            let deleted = words(discard(&lifecycle, &id, &token));
             return Err(error::timed_out(format!(
                 "sandbox {id} was not ready within {} s (last seen: {last}); {deleted}. \
                  Raise ready_timeout or ABX_OPENSANDBOX_READY_TIMEOUT if images are slow to start",
@@ -191,11 +191,13 @@ pub fn create(req: CreateRequest) -> Result<SandboxInfo> {
             )));
         }
         Err(e) => {
-            let message = format!(
-                "{} (sandbox.create: {})",
-                e.message,
-                discard(&lifecycle, &id, &token)
-            );
+            let message = match discard(&lifecycle, &id, &token) {
+                true => format!("{} (sandbox.create deleted sandbox {id})", e.message),
+                false => format!(
+                    "{} (sandbox.create made sandbox {id} and could not delete it)",
+                    e.message
+                ),
+            };
             let kind = e.kind;
             return Err(e.reworded(kind, message));
         }
@@ -204,14 +206,22 @@ pub fn create(req: CreateRequest) -> Result<SandboxInfo> {
     info(fresh, Some(&image))
 }
 
-/// Deletes the sandbox of a create that cannot finish, and says so. Once it
-/// is gone its token is settled; otherwise the host's undo tries again.
-fn discard(lifecycle: &Lifecycle, id: &str, token: &Token) -> &'static str {
+/// What became of a discarded sandbox, for a message.
+fn words(deleted: bool) -> &'static str {
+    match deleted {
+        true => "it was deleted",
+        false => "deleting it failed",
+    }
+}
+
+/// Deletes the sandbox of a create that cannot finish: whether it is gone.
+/// Once it is, its token is settled; otherwise the host's undo tries again.
+fn discard(lifecycle: &Lifecycle, id: &str, token: &Token) -> bool {
     match lifecycle.delete(id) {
-        Err(e) if !e.is(Kind::NotFound) => "deleting it failed",
+        Err(e) if !e.is(Kind::NotFound) => false,
         _ => {
             token.settled();
-            "it was deleted"
+            true
         }
     }
 }
