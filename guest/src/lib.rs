@@ -197,6 +197,11 @@ impl Guest for Provider {
         wit(commands::logs(&sandbox_id, &command_id, cursor))
     }
 
+    fn commands_connect(sandbox_id: String, command_id: String) -> R<infra::CommandStream> {
+        wit(commands::connect(&sandbox_id, &command_id)
+            .map(|attached| infra::CommandStream::new(Stream::new(attached))))
+    }
+
     fn process_list(sandbox_id: String) -> R<Vec<ProcessInfo>> {
         wit(process::list(&sandbox_id))
     }
