@@ -779,6 +779,9 @@ impl Guest for Probe {
     fn commands_logs(_: String, _: String, _: Option<u64>) -> R<CommandLogs> {
         Err(unsupported("commands-logs"))
     }
+    fn commands_connect(_: String, _: String) -> R<infra::CommandStream> {
+        Err(unsupported("commands-connect"))
+    }
     fn process_list(_: String) -> R<Vec<ProcessInfo>> {
         Err(unsupported("process-list"))
     }
