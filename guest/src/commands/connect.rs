@@ -147,7 +147,11 @@ impl Attached {
         if s.running {
             return Ok(None);
         }
-        let error = s.error.filter(|e| !e.is_empty());
+        // As a command's `exited` says it: an error only when it did not just
+        // exit (execd's status restates a plain exit as `exit status N`).
+        let error = s
+            .error
+            .filter(|e| !e.is_empty() && !e.starts_with("exit status "));
         Ok(Some(CommandExit {
             exit_code: exit_code::of_status(s.exit_code, error.as_deref()).unwrap_or(-1),
             error,
