@@ -17,8 +17,8 @@
 //     guest cannot set them,
 //   - abx:epp/memo: a Map with TTLs,
 //   - abx:epp/websocket: unavailable, every call answers a clear error,
-//   - abx:epp/request: no deadline, so nothing is ever left to undo; no
-//     provider_options.
+//   - abx:epp/request: no deadline, so nothing is ever left to undo (tokens
+//     are not kept); no provider_options.
 // Unlike epp-host it matches allow-list entries as exact host or host:port only,
 // its origin host is the name as written (`localhost` and 127.0.0.1 are two
 // hosts here), and it enforces no memory, CPU or time limits.
@@ -249,9 +249,15 @@ export function imports({ env, grant, denied }) {
     "abx:epp/memo": memo(),
     "abx:epp/websocket": noWebSocket,
     // No deadline here (calls block the event loop until they return), so
-    // nothing a call made is ever abandoned: there is nothing to undo.
+    // nothing a call made is ever abandoned: the tokens a provider reports
+    // are not kept, there is nothing to undo.
     // No provider_options here: the settings are the environment's alone.
-    "abx:epp/request": { timeLeftMs: () => undefined, made: (_id) => {}, providerOptions: () => [] },
+    "abx:epp/request": {
+      timeLeftMs: () => undefined,
+      made: (_token) => {},
+      settled: (_token) => {},
+      providerOptions: () => [],
+    },
   };
 }
 

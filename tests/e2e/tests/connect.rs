@@ -61,7 +61,11 @@ fn attach(mode: Mode) {
     let started = other
         .first_note("commands.started", &req, PATIENCE)
         .expect("commands.started");
-    assert_eq!(started["params"]["command_id"], command_id.as_str(), "{started}");
+    assert_eq!(
+        started["params"]["command_id"],
+        command_id.as_str(),
+        "{started}"
+    );
     // What it printed before anyone attached comes first.
     wait_until("the output from the start", PATIENCE, || {
         let seen = output(&other, &req);
@@ -114,7 +118,10 @@ fn refusals(mode: Mode) {
     let started = host
         .first_note("commands.started", &fg, PATIENCE)
         .expect("commands.started");
-    let fg_id = started["params"]["command_id"].as_str().expect("an id").to_string();
+    let fg_id = started["params"]["command_id"]
+        .as_str()
+        .expect("an id")
+        .to_string();
     let e = host.fails(
         "commands.connect",
         json!({"sandbox_id": id, "command_id": fg_id}),
