@@ -261,11 +261,20 @@ pub fn send_input(sandbox_id: &str, command_id: &str, data: Vec<u8>) -> Result<(
              (it exited, or another process started it: only that one can write to it)"
         )));
     }
-    let mut frame = Vec::with_capacity(data.len() + 1);
-    frame.push(0);
-    frame.extend_from_slice(&data);
-    Ok(websocket::send(&key, &Message::Binary(frame))?)
+    // In frames of at most a MiB: a WebSocket peer may refuse a bigger one
+    // (many cap frames at 16 MiB or less), and no copy of the whole input is
+    // made beside the one the call brought.
+    for piece in data.chunks(STDIN_FRAME) {
+        let mut frame = Vec::with_capacity(piece.len() + 1);
+        frame.push(0);
+        frame.extend_from_slice(piece);
+        websocket::send(&key, &Message::Binary(frame))?;
+    }
+    Ok(())
 }
+
+/// The most stdin bytes sent in one WebSocket frame.
+const STDIN_FRAME: usize = 1 << 20;
 
 pub fn kill(sandbox_id: &str, pty_id: &str) -> Result<()> {
     check_id("command", pty_id)?;
