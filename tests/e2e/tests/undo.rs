@@ -156,7 +156,10 @@ fn cancelled_while_the_post_is_in_flight(mode: Mode) {
         Err(e) => e,
     };
     assert_eq!((e.code, e.epp.as_str()), (-32800, "E4999"), "{e:?}");
-    assert!(e.message.contains("; undone:"), "{e:?}");
+    assert!(
+        e.message.contains(&format!("; undone: killed sandbox {id}")),
+        "{e:?}"
+    );
     // The late answer goes nowhere: the request it was for has ended.
     proxy.release();
     // A host that never saw the request finds no sandbox of it, and nothing of it runs.
