@@ -9,6 +9,7 @@
 use crate::cli::HostArgs;
 use anyhow::{Context, Result, bail};
 use epp_client::{Client, Options, WaitError};
+use epp_protocol::transport;
 use serde_json::{Map, Value, json};
 use std::io::Write;
 use std::path::Path;
@@ -72,7 +73,7 @@ pub fn call(
         Options::default(),
     );
     if !options.is_empty() {
-        let hello = client.request("epp.hello", json!({"provider_options": options}));
+        let hello = client.request(transport::HELLO, json!({"provider_options": options}));
         let reply = loop {
             match client.wait_for(TICK, |_| true) {
                 Ok(msg) if msg.is_response() && msg.raw["id"] == hello => break Some(msg.reply()),
@@ -106,7 +107,7 @@ pub fn call(
         match (interrupts.load(Ordering::SeqCst), cancelled) {
             (0, _) => {}
             (1, None) => {
-                client.notify("epp.cancel", json!({"id": id}));
+                client.notify(transport::CANCEL, json!({"id": id}));
                 cancelled = Some(Instant::now());
             }
             (1, Some(at)) if at.elapsed() < CANCEL_WAIT => {}
@@ -198,24 +199,26 @@ fn wait_exit(child: &mut Child) -> ExitStatus {
     }
 }
 
-/// Command output goes to stdout/stderr as text, terminal output as raw
-/// bytes, any other notification as a JSON line on stderr.
+/// Output text (a notification of a `text` event: `{stream, data}`) goes to
+/// stdout or stderr as it is, bytes (terminal output) raw to stdout, any
+/// other notification as a JSON line on stderr; which is which, the contract
+/// says.
 fn print_notification(msg: &Value) {
+    use crate::contract::table::{carries_bytes, carries_text};
     use base64::Engine as _;
     let params = &msg["params"];
     let data = params.get("data").and_then(Value::as_str).unwrap_or("");
-    match (
-        msg["method"].as_str().unwrap_or(""),
-        params.get("stream").and_then(Value::as_str),
-    ) {
-        ("commands.output", Some("stdout")) => {
+    let method = msg["method"].as_str().unwrap_or("");
+    let stream = params.get("stream").and_then(Value::as_str);
+    match (method, stream) {
+        (m, Some("stdout")) if carries_text(m) => {
             let mut out = std::io::stdout().lock();
             let _ = out.write_all(data.as_bytes()).and_then(|_| out.flush());
         }
-        ("commands.output", _) => {
+        (m, _) if carries_text(m) => {
             let _ = std::io::stderr().write_all(data.as_bytes());
         }
-        ("pty.output", _) => {
+        (m, _) if carries_bytes(m) => {
             if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(data) {
                 let mut out = std::io::stdout().lock();
                 let _ = out.write_all(&bytes).and_then(|_| out.flush());

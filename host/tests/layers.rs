@@ -5,7 +5,9 @@
 //! on an import circle between sibling modules at any depth, and on a module
 //! of a lower layer that uses a higher one. A module may use its ancestors
 //! and its descendants (a parent and its children are one unit); test code
-//! (`#[cfg(test)]`, `tests` modules) is not counted.
+//! (`#[cfg(test)]`, `tests` modules) is not counted. It also fails when a
+//! string of host/src code (not its doc comments) names a method, a function
+//! or a notification of the contract: those come from the generated table.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -346,4 +348,110 @@ fn the_check_sees_a_circle() {
     let acyclic: BTreeMap<Module, BTreeSet<Module>> =
         [(m("a"), [m("b")].into()), (m("b"), BTreeSet::new())].into();
     assert_eq!(cycle(&acyclic), None);
+}
+
+/// Every name the contract gives a method, a function that serves one, or a
+/// notification of one: host/src must not spell any of them (the generated
+/// table does, from wit/).
+fn contract_names() -> BTreeSet<String> {
+    use epp_host::contract::table::{Answer, Items, METHODS};
+    let mut names = BTreeSet::new();
+    for m in METHODS {
+        names.insert(m.name.to_string());
+        names.insert(m.function.to_string());
+        let Some(s) = m.stream else { continue };
+        names.extend(s.note.iter().chain(s.input.iter()).map(|n| n.to_string()));
+        for c in s.callees {
+            names.insert(c.function.to_string());
+            if let Answer::Events {
+                items: Items::Cases(cases),
+                ..
+            } = c.answer
+            {
+                names.extend(cases.iter().filter_map(|c| c.note).map(str::to_string));
+            }
+        }
+    }
+    names
+}
+
+/// String literals of host/src outside test code, with their files.
+struct Literals {
+    found: Vec<String>,
+}
+
+impl<'ast> Visit<'ast> for Literals {
+    fn visit_lit_str(&mut self, s: &'ast syn::LitStr) {
+        self.found.push(s.value());
+    }
+    // Doc comments (and the `--help` text made of them) may name methods:
+    // they are documentation, not code.
+    fn visit_attribute(&mut self, _: &'ast syn::Attribute) {}
+    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+        if !is_test(&m.attrs) && m.ident != "tests" {
+            syn::visit::visit_item_mod(self, m);
+        }
+    }
+    fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+        if !is_test(&f.attrs) {
+            syn::visit::visit_item_fn(self, f);
+        }
+    }
+    fn visit_macro(&mut self, m: &'ast syn::Macro) {
+        // format!, tracing and the like: their strings are literals too.
+        let text = m.tokens.to_string();
+        for piece in text.split('"').skip(1).step_by(2) {
+            self.found.push(piece.to_string());
+        }
+    }
+}
+
+/// Whether `text` holds `name` as a word of its own (not inside a longer name).
+fn holds(text: &str, name: &str) -> bool {
+    let word = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
+    text.match_indices(name).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + name.len()..].chars().next();
+        !before.is_some_and(word) && !after.is_some_and(word)
+    })
+}
+
+#[test]
+fn host_src_names_no_epp_method() {
+    let names = contract_names();
+    assert!(
+        names.contains("commands.run") && names.contains("commands-kill"),
+        "{names:?}"
+    );
+    let mut paths = Vec::new();
+    files(&src(), &mut paths);
+    let mut found = BTreeSet::new();
+    for path in paths {
+        if path.file_name().is_some_and(|f| f == "tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("reading a source file");
+        let file = syn::parse_file(&text).expect("parses");
+        let mut literals = Literals { found: Vec::new() };
+        literals.visit_file(&file);
+        for literal in literals.found {
+            for name in names.iter().filter(|n| holds(&literal, n)) {
+                let file = path.strip_prefix(src()).unwrap_or(&path);
+                found.insert(format!("{}: {name:?} in {literal:?}", file.display()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "host/src names what the contract names (take it from contract::table):\n  {}",
+        found.into_iter().collect::<Vec<_>>().join("\n  ")
+    );
+}
+
+#[test]
+fn the_name_check_sees_a_name() {
+    assert!(holds("call commands-kill first", "commands-kill"));
+    assert!(holds("\"files.write_chunk\"", "files.write_chunk"));
+    assert!(!holds("files.write_chunk", "files.write"));
+    assert!(!holds("my-commands-kill", "commands-kill"));
 }

@@ -61,6 +61,12 @@ pub fn params(
                 (Some((key, value)), None) if field.shape == Shape::Bytes => {
                     return Ok(Arg::Bytes(bytes(value, key, limits.top)?));
                 }
+                // Absent bytes are no bytes (as an absent list is empty).
+                (None, _)
+                    if field.shape == Shape::Bytes && method.default(&field.wire).is_none() =>
+                {
+                    return Ok(Arg::Bytes(Vec::new()));
+                }
                 (Some((key, value)), None) => value_of(field, value, key, limits.nested)?,
                 (None, _) => match method.default(&field.wire) {
                     Some(json) => {

@@ -124,8 +124,13 @@ impl Codec {
         taken: &[&str],
     ) -> Result<Args, String> {
         let plan = self.plan(function)?;
+        // Only a typed call takes the bytes as they are; any other call
+        // makes a `Val` of each byte, so its bytes stay small.
         let limits = decode::Limits {
-            top: self.max_bytes,
+            top: match plan.text_and_bytes {
+                true => self.max_bytes,
+                false => NESTED_BYTES,
+            },
             nested: NESTED_BYTES,
         };
         let mut values = decode::params(method, &plan.params, params, taken, &limits)?;

@@ -27,6 +27,7 @@ pub mod bindings;
 pub mod capabilities;
 pub mod names;
 pub mod table;
+pub mod typed;
 
 use table::INFRA;
 

@@ -124,6 +124,34 @@ pub struct Case {
     pub role: Role,
     /// The notification it is forwarded as.
     pub note: Option<&'static str>,
+    /// Its payload is `list<u8>` (base64 on the wire).
+    pub bytes: bool,
+}
+
+/// Whether notification `name` carries output text (`{stream, data}`).
+pub fn carries_text(name: &str) -> bool {
+    cases().any(|c| c.note == Some(name) && c.role == Role::Text)
+}
+
+/// Whether notification `name` carries bytes (`data`, base64).
+pub fn carries_bytes(name: &str) -> bool {
+    cases().any(|c| c.note == Some(name) && c.bytes)
+}
+
+/// Every case of every event variant the methods' streams carry.
+fn cases() -> impl Iterator<Item = &'static Case> {
+    METHODS
+        .iter()
+        .filter_map(|m| m.stream)
+        .flat_map(|s| s.callees)
+        .filter_map(|c| match c.answer {
+            Answer::Events {
+                items: Items::Cases(cases),
+                ..
+            } => Some(cases.iter()),
+            _ => None,
+        })
+        .flatten()
 }
 
 /// What an event is (`epp:` line of its case).

@@ -25,8 +25,9 @@ pub struct InputItem {
     pub permit: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
-/// How long the provider may take to undo one token.
-const UNDO_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the provider may take to undo one token (all of a request's are
+/// undone side by side).
+pub const UNDO_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The function every provider exports to take a token back (wit/infra.wit).
 const UNDO: &str = "undo";
@@ -128,17 +129,18 @@ impl CallCtx {
     }
 
     /// Hands every token the failed request left back to the provider
-    /// (`undo`), each in a fresh instance of its own, and says in words what
-    /// was undone and what was not, for the error answer; none when there was
-    /// nothing to undo.
+    /// (`undo`), each in a fresh instance of its own, side by side, and says
+    /// in words what was undone and what was not, for the error answer; none
+    /// when there was nothing to undo.
     pub async fn undo(&self) -> Option<String> {
-        let tokens = self.tokens.take();
-        if tokens.is_empty() {
+        let (tokens, dropped) = self.tokens.take();
+        if tokens.is_empty() && dropped == 0 {
             return None;
         }
+        let outcomes = futures::future::join_all(tokens.iter().map(|t| self.undo_one(t))).await;
         let mut words = Vec::new();
-        for token in tokens {
-            match self.undo_one(&token).await {
+        for (token, outcome) in tokens.into_iter().zip(outcomes) {
+            match outcome {
                 Ok(done) => {
                     tracing::info!(token, outcome = done, "undid what a failed request left");
                     words.push(format!("undone: {done}"));
@@ -149,6 +151,12 @@ impl CallCtx {
                     words.push(format!("not undone: {}", e.wire_message()));
                 }
             }
+        }
+        if dropped > 0 {
+            words.push(format!(
+                "not undone: {dropped} more the provider reported past what the host keeps \
+                 for one request"
+            ));
         }
         Some(words.join("; "))
     }

@@ -53,8 +53,10 @@ const INPUT_QUEUE: usize = 64;
 /// Bytes of big request lines (`BIG_LINE` and more) whose requests may be in
 /// flight at once: their params are held several times on the way into the
 /// provider (the JSON, the decoded bytes, the guest's copy), so without a bound
-/// a client sending many of them at once could take all memory. Past it, the
-/// reader waits (back-pressure on stdin) until one of them finishes.
+/// a client sending many of them at once could take all memory. Past it, a big
+/// request is refused (E9001, retryable) as past `--max-concurrent`: waiting
+/// instead would stop the reader, and with it `epp.cancel`, input chunks and
+/// the end of input, behind requests that may never end.
 const PARAMS_BYTES: usize = 256 << 20;
 /// Lines shorter than this never wait for the budget.
 const BIG_LINE: usize = 1 << 20;
@@ -157,9 +159,12 @@ impl Server {
         };
         match parse(&bytes) {
             Incoming::Request { id, method, params } => {
-                let held = self.hold_params(bytes.len()).await;
+                let len = bytes.len();
                 drop(bytes);
-                self.dispatch(id, method, params, held).await
+                match self.hold_params(len) {
+                    Ok(held) => self.dispatch(id, method, params, held).await,
+                    Err(error) => self.out.respond(id, Err(error)).await,
+                }
             }
             Incoming::Notification { method, params } => match method.as_str() {
                 transport::CANCEL => {
@@ -253,13 +258,29 @@ impl Server {
         }
     }
 
-    /// A big line's share of `PARAMS_BYTES`, waited for; none for a small one.
-    async fn hold_params(&self, len: usize) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    /// A big line's share of `PARAMS_BYTES` (none for a small one), or the
+    /// refusal when the big lines in flight already hold it all.
+    fn hold_params(
+        &self,
+        len: usize,
+    ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, RpcError> {
         if len < BIG_LINE {
-            return None;
+            return Ok(None);
         }
         let share = len.min(PARAMS_BYTES) as u32;
-        self.params.clone().acquire_many_owned(share).await.ok()
+        self.params
+            .clone()
+            .try_acquire_many_owned(share)
+            .map(Some)
+            .map_err(|_| {
+                RpcError::fault(format!(
+                    "too many big requests in flight (this one is {len} bytes; requests of 1 MiB \
+                     and more may hold {} MiB at once)",
+                    PARAMS_BYTES >> 20
+                ))
+                .hint("retry when some have finished")
+                .retryable()
+            })
     }
 
     async fn dispatch(
@@ -442,7 +463,10 @@ impl Server {
             for tx in pending {
                 let _ = tx.send(());
             }
-            let _ = tokio::time::timeout(Duration::from_secs(15), self.idle()).await;
+            // Long enough for the cancelled requests to be undone (their
+            // tokens are undone side by side, each within UNDO_TIMEOUT).
+            let undoing = super::context::UNDO_TIMEOUT + Duration::from_secs(5);
+            let _ = tokio::time::timeout(undoing, self.idle()).await;
         }
         self.background.lock().expect("lock").abort_all();
         self.runtime.close_connections().await;

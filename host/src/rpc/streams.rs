@@ -14,9 +14,37 @@ use super::invoke::{self, invoke, not_exported, take_flag, unsupported};
 use crate::codec::encode::encode;
 use crate::codec::shape::Shape;
 use crate::contract::table::{Answer, Callee, Case, Items, Method, Role, StreamTags, Via};
-use crate::runtime::Instance;
+use crate::contract::typed::TypedEvent;
+use crate::runtime::{CallError, Instance};
 use serde_json::{Map, Value};
 use wasmtime::component::{ResourceAny, Val};
+
+// `typed_next`: the typed `next` of streams whose events carry bytes.
+include!(concat!(env!("OUT_DIR"), "/typed_next.rs"));
+
+/// A stream's next events through its typed mirror `E`, as (case, payload).
+async fn typed_call<E>(
+    inst: &mut Instance,
+    function: &str,
+    stream: ResourceAny,
+    batched: bool,
+) -> Result<Option<Vec<(&'static str, Value)>>, CallError>
+where
+    E: TypedEvent + wasmtime::component::ComponentType + wasmtime::component::Lift,
+    E: Send + Sync + 'static,
+{
+    let events = match batched {
+        true => {
+            inst.call_typed::<_, Option<Vec<E>>>(function, (stream,))
+                .await?
+        }
+        false => inst
+            .call_typed::<_, Option<E>>(function, (stream,))
+            .await?
+            .map(|e| vec![e]),
+    };
+    Ok(events.map(|events| events.into_iter().map(E::into_event).collect()))
+}
 
 /// The adapter's own param: forward events (or chunks) as notifications.
 const STREAM: &str = "stream";
@@ -236,16 +264,64 @@ struct Events {
     shapes: Vec<(String, Option<Shape>)>,
 }
 
-/// One event, with what the table says of it.
+/// One event, with what the table says of it, its payload as JSON (null
+/// without one).
 struct Event {
     case: Option<&'static Case>,
-    payload: Option<Val>,
-    shape: Option<Shape>,
+    json: Value,
 }
 
 impl Events {
     /// The next events: none at the stream's end; a batch must not be empty.
     async fn next(
+        &self,
+        inst: &mut Instance,
+        stream: ResourceAny,
+    ) -> Result<Option<Vec<Event>>, RpcError> {
+        let events = match typed_next(inst, self.next, stream, self.batched).await {
+            Some(Ok(events)) => events.map(|events| {
+                events
+                    .into_iter()
+                    .map(|(case, json)| self.typed_event(case, json))
+                    .collect::<Result<Vec<_>, _>>()
+            }),
+            // Not the contract's type (another version of the component):
+            // the dynamic path reads it.
+            Some(Err(CallError::Contract(_))) | None => {
+                return self.next_dynamic(inst, stream).await;
+            }
+            Some(Err(e)) => return Err(e.into()),
+        };
+        match events.transpose()? {
+            Some(events) if events.is_empty() => Err(self.empty_batch()),
+            events => Ok(events),
+        }
+    }
+
+    fn typed_event(&self, case: &str, json: Value) -> Result<Event, RpcError> {
+        let Items::Cases(cases) = self.items else {
+            return Err(self.bad("a typed event of a stream of records"));
+        };
+        let case = cases
+            .iter()
+            .find(|c| c.wit == case)
+            .ok_or_else(|| self.bad(&format!("an unknown event `{case}`")))?;
+        Ok(Event {
+            case: Some(case),
+            json,
+        })
+    }
+
+    fn empty_batch(&self) -> RpcError {
+        RpcError::fault(format!(
+            "the provider's stream for {} returned a batch with no event (`{}` must wait for at \
+             least one); report this provider bug",
+            self.method.name, self.next
+        ))
+    }
+
+    /// The next events through `Val`s.
+    async fn next_dynamic(
         &self,
         inst: &mut Instance,
         stream: ResourceAny,
@@ -261,11 +337,7 @@ impl Events {
             _ => return Err(self.bad("no option")),
         };
         if vals.is_empty() {
-            return Err(RpcError::fault(format!(
-                "the provider's stream for {} returned a batch with no event (`{}` must wait \
-                 for at least one); report this provider bug",
-                self.method.name, self.next
-            )));
+            return Err(self.empty_batch());
         }
         vals.into_iter()
             .map(|v| self.event(v))
@@ -282,11 +354,10 @@ impl Events {
 
     fn event(&self, val: Val) -> Result<Event, RpcError> {
         let Items::Cases(cases) = self.items else {
-            let shape = self.shapes.first().and_then(|(_, s)| s.clone());
+            let shape = self.shapes.first().and_then(|(_, s)| s.as_ref());
             return Ok(Event {
                 case: None,
-                payload: Some(val),
-                shape,
+                json: json_of(Some(val), shape)?,
             });
         };
         let Val::Variant(name, payload) = val else {
@@ -300,11 +371,10 @@ impl Events {
             .shapes
             .iter()
             .find(|(n, _)| *n == name)
-            .and_then(|(_, s)| s.clone());
+            .and_then(|(_, s)| s.as_ref());
         Ok(Event {
             case: Some(case),
-            payload: payload.map(|p| *p),
-            shape,
+            json: json_of(payload.map(|p| *p), shape)?,
         })
     }
 
@@ -349,11 +419,11 @@ impl Events {
             for event in events {
                 let Some(case) = event.case else {
                     let note = self.tags.note.unwrap_or_default();
-                    ctx.notify(note, object(json_of(&event)?)).await;
+                    ctx.notify(note, object(event.json)).await;
                     continue;
                 };
                 if case.role == Role::Text {
-                    let Some(Val::String(text)) = event.payload else {
+                    let Value::String(text) = event.json else {
                         return Err(self.bad("a text event without text"));
                     };
                     match &mut pending {
@@ -368,9 +438,8 @@ impl Events {
                 flush(ctx, &mut pending, forward, &mut collected).await;
                 match case.role {
                     Role::Id => {
-                        let text = match &event.payload {
-                            Some(Val::String(s)) => s.clone(),
-                            _ => return Err(self.bad("an id that is not a string")),
+                        let Value::String(text) = event.json else {
+                            return Err(self.bad("an id that is not a string"));
                         };
                         if forward && let (Some(note), Some(key)) = (case.note, self.tags.id) {
                             let mut params = Map::new();
@@ -380,7 +449,7 @@ impl Events {
                         id = Some(text);
                     }
                     Role::Item(key) => {
-                        let value = json_of(&event)?;
+                        let value = event.json;
                         if forward {
                             ctx.notify(case.note.unwrap_or_default(), object(value))
                                 .await;
@@ -390,19 +459,18 @@ impl Events {
                         }
                     }
                     Role::Forward => {
-                        let value = json_of(&event)?;
-                        ctx.notify(case.note.unwrap_or_default(), object(value))
-                            .await;
+                        let note = case.note.unwrap_or_default();
+                        ctx.notify(note, object(event.json)).await;
                     }
                     Role::Keep(key) => {
-                        kept.insert(key.into(), json_of(&event)?);
+                        kept.insert(key.into(), event.json);
                     }
                     Role::End(key) => {
                         let mut answer = Map::new();
                         if let Some(id_key) = self.tags.id {
                             answer.insert(id_key.into(), id.map_or(Value::Null, Value::String));
                         }
-                        answer.extend(end_fields(key, json_of(&event)?));
+                        answer.extend(end_fields(key, event.json));
                         answer.extend(kept);
                         if !forward {
                             let truncated = collected.truncated;
@@ -466,10 +534,10 @@ async fn flush(
     }
 }
 
-/// An event's payload as JSON (null without one).
-fn json_of(event: &Event) -> Result<Value, RpcError> {
-    match (&event.payload, &event.shape) {
-        (Some(val), Some(shape)) => encode(shape, val.clone())
+/// A payload as JSON (null without one); consumed, so its strings move.
+fn json_of(payload: Option<Val>, shape: Option<&Shape>) -> Result<Value, RpcError> {
+    match (payload, shape) {
+        (Some(val), Some(shape)) => encode(shape, val)
             .map_err(|e| RpcError::fault(format!("the provider's event could not be read: {e}"))),
         _ => Ok(Value::Null),
     }
@@ -537,31 +605,47 @@ fn detach(
             params.extend(fields);
             Value::Object(params)
         };
+        let mut kept = Map::new();
         let ended = loop {
             let batch = match events.next(&mut inst, stream).await {
                 Ok(Some(batch)) => batch,
-                Ok(None) => break Err("the stream closed before its end".to_string()),
+                Ok(None) => {
+                    break Err(format!(
+                        "{}'s stream closed before its end",
+                        events.method.name
+                    ));
+                }
                 Err(e) => break Err(e.wire_message().into_owned()),
             };
             let mut end = None;
             for event in batch {
-                let value = match json_of(&event) {
-                    Ok(value) => value,
-                    Err(e) => {
-                        end = Some(Err(e.wire_message().into_owned()));
-                        break;
+                let Some(case) = event.case else {
+                    if let Some(name) = events.tags.note {
+                        out.notify(name, note(object(event.json))).await;
                     }
+                    continue;
                 };
-                match event.case.map(|c| (c.role, c.note)) {
-                    Some((Role::End(key), _)) => {
-                        end = Some(Ok(end_fields(key, value)));
+                match case.role {
+                    Role::End(key) => {
+                        end = Some(Ok(end_fields(key, event.json)));
                         break;
                     }
-                    Some((_, Some(name))) => out.notify(name, note(object(value))).await,
-                    Some((_, None)) => {}
-                    None => {
-                        if let Some(name) = events.tags.note {
-                            out.notify(name, note(object(value))).await
+                    Role::Keep(key) => {
+                        kept.insert(key.into(), event.json);
+                    }
+                    // The id is the answer's already.
+                    Role::Id => {}
+                    Role::Text => {
+                        let mut params = Map::with_capacity(2);
+                        params.insert("stream".into(), Value::from(case.wire));
+                        params.insert("data".into(), event.json);
+                        if let Some(name) = case.note {
+                            out.notify(name, note(params)).await;
+                        }
+                    }
+                    Role::Item(_) | Role::Forward => {
+                        if let Some(name) = case.note {
+                            out.notify(name, note(object(event.json))).await;
                         }
                     }
                 }
@@ -574,7 +658,7 @@ fn detach(
         let Some(case) = end_case else {
             return;
         };
-        let fields = match ended {
+        let mut fields = match ended {
             Ok(fields) => fields,
             Err(error) => {
                 let mut fields = end_fields(
@@ -588,6 +672,7 @@ fn detach(
                 fields
             }
         };
+        fields.extend(kept);
         if let Some(name) = case.note {
             out.notify(name, note(fields)).await;
         }

@@ -55,23 +55,24 @@ const MAX_TOKENS: usize = 64;
 const MAX_TOKEN_BYTES: usize = 1024;
 
 /// What a request set going that must not outlive it if it fails
-/// (`request.made`), in the order reported.
+/// (`request.made`), in the order reported, and how many were dropped past
+/// the bounds above (said in the failed request's answer).
 #[derive(Clone, Default)]
-pub struct Tokens(Arc<std::sync::Mutex<Vec<String>>>);
+pub struct Tokens(Arc<std::sync::Mutex<(Vec<String>, usize)>>);
 
 impl Tokens {
     /// Keeps `token` (once), within the bounds above.
     pub fn made(&self, token: String) {
-        if token.len() > MAX_TOKEN_BYTES {
+        let mut held = self.0.lock().expect("lock");
+        let (tokens, dropped) = &mut *held;
+        if token.len() > MAX_TOKEN_BYTES || tokens.len() >= MAX_TOKENS {
             tracing::warn!(
                 bytes = token.len(),
-                "the provider reported an overlong token; ignored"
+                held = tokens.len(),
+                "the provider reported a token past the bounds ({MAX_TOKENS} tokens of at most \
+                 {MAX_TOKEN_BYTES} bytes); dropped"
             );
-            return;
-        }
-        let mut tokens = self.0.lock().expect("lock");
-        if tokens.len() >= MAX_TOKENS {
-            tracing::warn!("the provider reported more than {MAX_TOKENS} tokens; ignored");
+            *dropped += 1;
         } else if !tokens.contains(&token) {
             tokens.push(token);
         }
@@ -79,11 +80,11 @@ impl Tokens {
 
     /// Forgets `token`: it needs no undoing.
     pub fn settled(&self, token: &str) {
-        self.0.lock().expect("lock").retain(|t| t != token);
+        self.0.lock().expect("lock").0.retain(|t| t != token);
     }
 
-    /// Every token still held, leaving none.
-    pub fn take(&self) -> Vec<String> {
+    /// Every token still held, and how many were dropped, leaving none.
+    pub fn take(&self) -> (Vec<String>, usize) {
         std::mem::take(&mut *self.0.lock().expect("lock"))
     }
 }

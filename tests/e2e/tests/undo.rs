@@ -157,7 +157,8 @@ fn cancelled_while_the_post_is_in_flight(mode: Mode) {
     };
     assert_eq!((e.code, e.epp.as_str()), (-32800, "E4999"), "{e:?}");
     assert!(
-        e.message.contains(&format!("; undone: killed sandbox {id}")),
+        e.message
+            .contains(&format!("; undone: killed sandbox {id}")),
         "{e:?}"
     );
     // The late answer goes nowhere: the request it was for has ended.
