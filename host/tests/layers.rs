@@ -76,10 +76,12 @@ fn is_test(attrs: &[syn::Attribute]) -> bool {
     })
 }
 
-/// Every crate path a file names, resolved against its module.
+/// What a file's code (not its tests, not its doc comments) holds: every
+/// crate path it names, resolved against its module, and its strings.
 struct Uses<'a> {
     module: &'a [String],
     found: BTreeSet<Module>,
+    literals: Vec<String>,
 }
 
 impl Uses<'_> {
@@ -166,14 +168,29 @@ impl<'ast> Visit<'ast> for Uses<'_> {
         self.resolve(&segments);
         syn::visit::visit_path(self, p);
     }
+
+    fn visit_lit_str(&mut self, s: &'ast syn::LitStr) {
+        self.literals.push(s.value());
+    }
+
+    // Doc comments (and the `--help` text made of them) may name methods:
+    // they are documentation, not code.
+    fn visit_attribute(&mut self, _: &'ast syn::Attribute) {}
+
+    fn visit_macro(&mut self, m: &'ast syn::Macro) {
+        // format!, tracing and the like: their strings are literals too.
+        let text = m.tokens.to_string();
+        for piece in text.split('"').skip(1).step_by(2) {
+            self.literals.push(piece.to_string());
+        }
+        syn::visit::visit_macro(self, m);
+    }
 }
 
-/// The modules of the crate, and every use of one by another.
-fn graph() -> (BTreeSet<Module>, Vec<Edge>) {
+/// Reads every module's file of host/src (test files aside) with `Uses`.
+fn each_module(mut f: impl FnMut(&Module, &Path, Uses)) {
     let mut paths = Vec::new();
     files(&src(), &mut paths);
-    let modules: BTreeSet<Module> = paths.iter().filter_map(|p| module_of(p)).collect();
-    let mut edges = Vec::new();
     for path in paths {
         let Some(module) = module_of(&path) else {
             continue;
@@ -187,8 +204,20 @@ fn graph() -> (BTreeSet<Module>, Vec<Edge>) {
         let mut uses = Uses {
             module: &module,
             found: BTreeSet::new(),
+            literals: Vec::new(),
         };
         uses.visit_file(&file);
+        f(&module, &path, uses);
+    }
+}
+
+/// The modules of the crate, and every use of one by another.
+fn graph() -> (BTreeSet<Module>, Vec<Edge>) {
+    let mut paths = Vec::new();
+    files(&src(), &mut paths);
+    let modules: BTreeSet<Module> = paths.iter().filter_map(|p| module_of(p)).collect();
+    let mut edges = Vec::new();
+    each_module(|module, path, uses| {
         for used in uses.found {
             // The longest prefix that is a module: the item's own module.
             let to = (0..=used.len())
@@ -199,10 +228,10 @@ fn graph() -> (BTreeSet<Module>, Vec<Edge>) {
             edges.push(Edge {
                 from: module.clone(),
                 to,
-                file: path.clone(),
+                file: path.to_path_buf(),
             });
         }
-    }
+    });
     (modules, edges)
 }
 
@@ -375,37 +404,6 @@ fn contract_names() -> BTreeSet<String> {
     names
 }
 
-/// String literals of host/src outside test code, with their files.
-struct Literals {
-    found: Vec<String>,
-}
-
-impl<'ast> Visit<'ast> for Literals {
-    fn visit_lit_str(&mut self, s: &'ast syn::LitStr) {
-        self.found.push(s.value());
-    }
-    // Doc comments (and the `--help` text made of them) may name methods:
-    // they are documentation, not code.
-    fn visit_attribute(&mut self, _: &'ast syn::Attribute) {}
-    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
-        if !is_test(&m.attrs) && m.ident != "tests" {
-            syn::visit::visit_item_mod(self, m);
-        }
-    }
-    fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
-        if !is_test(&f.attrs) {
-            syn::visit::visit_item_fn(self, f);
-        }
-    }
-    fn visit_macro(&mut self, m: &'ast syn::Macro) {
-        // format!, tracing and the like: their strings are literals too.
-        let text = m.tokens.to_string();
-        for piece in text.split('"').skip(1).step_by(2) {
-            self.found.push(piece.to_string());
-        }
-    }
-}
-
 /// Whether `text` holds `name` as a word of its own (not inside a longer name).
 fn holds(text: &str, name: &str) -> bool {
     let word = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
@@ -423,24 +421,15 @@ fn host_src_names_no_epp_method() {
         names.contains("commands.run") && names.contains("commands-kill"),
         "{names:?}"
     );
-    let mut paths = Vec::new();
-    files(&src(), &mut paths);
     let mut found = BTreeSet::new();
-    for path in paths {
-        if path.file_name().is_some_and(|f| f == "tests.rs") {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path).expect("reading a source file");
-        let file = syn::parse_file(&text).expect("parses");
-        let mut literals = Literals { found: Vec::new() };
-        literals.visit_file(&file);
-        for literal in literals.found {
+    each_module(|_, path, uses| {
+        for literal in uses.literals {
             for name in names.iter().filter(|n| holds(&literal, n)) {
-                let file = path.strip_prefix(src()).unwrap_or(&path);
+                let file = path.strip_prefix(src()).unwrap_or(path);
                 found.insert(format!("{}: {name:?} in {literal:?}", file.display()));
             }
         }
-    }
+    });
     assert!(
         found.is_empty(),
         "host/src names what the contract names (take it from contract::table):\n  {}",
