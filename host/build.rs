@@ -2,9 +2,12 @@
 //! the contract is written once, in `wit/`: every function of `interface infra`
 //! with `/// epp: ...` doc lines is a wire method, and the cases of the event
 //! variants its streams carry say what each event is. Writes
-//! `$OUT_DIR/methods.rs` (included by `src/contract/table.rs`) and fails the
-//! build, naming the function or case, on a tag the host could not honour.
+//! `$OUT_DIR/methods.rs` (included by `src/contract/table.rs`) and
+//! `$OUT_DIR/tools.rs` (every method as an MCP tool, `src/contract/tools.rs`),
+//! and fails the build, naming the function or case, on a tag the host could
+//! not honour or a param without a description.
 
+use serde_json::{Map, Value, json};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -22,10 +25,10 @@ fn main() {
     println!("cargo:rerun-if-changed={}", wit.display());
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=src/contract/names.rs");
-    let (code, typed, calls) = match generate(&wit) {
+    let (code, typed, calls, tools) = match generate(&wit) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: the EPP/1 method table cannot be derived from wit/: {e}");
+            eprintln!("error: the EPP/1 method table and tools cannot be derived from wit/: {e}");
             std::process::exit(1);
         }
     };
@@ -34,6 +37,7 @@ fn main() {
         ("methods.rs", code),
         ("typed_events.rs", typed),
         ("typed_next.rs", calls),
+        ("tools.rs", tools),
     ] {
         let out = dir.join(file);
         if let Err(e) = std::fs::write(&out, text) {
@@ -66,6 +70,11 @@ struct Method {
     /// `None`: no `wait`; `Some(None)`: until the end; `Some(Some(f))`: field f.
     wait: Option<Option<String>>,
     stream: Option<Stream>,
+    /// `title=TEXT`: its tool's title, instead of the one its name gives.
+    title: Option<String>,
+    /// `fed.PARAM=METHOD`: with the `when.` flag PARAM the call is fed by
+    /// METHOD requests while it runs (a tool cannot, so it has no PARAM).
+    fed: Vec<(String, String)>,
 }
 
 /// The stream tags of a method and the functions that may serve it.
@@ -84,8 +93,7 @@ struct Stream {
 /// A function that serves a stream method, and how.
 struct Callee {
     function: String,
-    /// `Main`, `Prefer` or `When { param, is_param }` as Rust source.
-    via: String,
+    via: Via,
     answer: Answer,
 }
 
@@ -110,19 +118,66 @@ enum Answer {
 struct Case {
     wit: String,
     wire: String,
-    /// The `Role` as Rust source.
-    role: String,
+    role: Role,
     note: Option<String>,
     /// Its payload as a Rust type of the typed mirror (`typed_events`), when
     /// it has a simple one: `Some("")` for no payload.
     rust: Option<String>,
     /// Its payload is `list<u8>`.
     bytes: bool,
+    /// Its payload's type.
+    ty: Option<Type>,
+}
+
+/// Why a callee is called (the host's `Via`).
+#[derive(Clone, PartialEq, Eq)]
+enum Via {
+    Main,
+    Prefer,
+    When { param: String, is_param: bool },
+}
+
+impl Via {
+    /// As Rust source of `contract::table::Via`.
+    fn rust(&self) -> String {
+        match self {
+            Via::Main => "Via::Main".into(),
+            Via::Prefer => "Via::Prefer".into(),
+            Via::When { param, is_param } => {
+                format!("Via::When {{ param: {param:?}, is_param: {is_param} }}")
+            }
+        }
+    }
+}
+
+/// What an event is (the host's `Role`).
+#[derive(Clone, PartialEq, Eq)]
+enum Role {
+    Id,
+    Text,
+    Item(String),
+    Keep(String),
+    End(Option<String>),
+    Forward,
+}
+
+impl Role {
+    /// As Rust source of `contract::table::Role`.
+    fn rust(&self) -> String {
+        match self {
+            Role::Id => "Role::Id".into(),
+            Role::Text => "Role::Text".into(),
+            Role::Item(key) => format!("Role::Item({key:?})"),
+            Role::Keep(key) => format!("Role::Keep({key:?})"),
+            Role::End(key) => format!("Role::End({key:?})"),
+            Role::Forward => "Role::Forward".into(),
+        }
+    }
 }
 
 /// The method table, the typed mirrors of event variants that carry bytes,
-/// and the typed `next` calls that use them.
-fn generate(wit: &Path) -> Result<(String, String, String), String> {
+/// the typed `next` calls that use them, and the MCP tools.
+fn generate(wit: &Path) -> Result<(String, String, String, String), String> {
     let mut resolve = Resolve::default();
     let (package, _) = resolve
         .push_dir(wit)
@@ -166,7 +221,13 @@ fn generate(wit: &Path) -> Result<(String, String, String), String> {
         return Err("no function of `infra` has an `epp:` doc line".into());
     }
     let (typed, calls) = typed_events(&methods);
-    Ok((render(&export, &cx.capabilities, &methods), typed, calls))
+    let tools = render_tools(&cx, &resolve.interfaces[infra], &methods)?;
+    Ok((
+        render(&export, &cx.capabilities, &methods),
+        typed,
+        calls,
+        tools,
+    ))
 }
 
 /// For every event stream whose variant carries `list<u8>` (terminal output),
@@ -373,7 +434,11 @@ fn render_stream(stream: Option<&Stream>) -> String {
                                     format!(
                                         "Case {{ wit: {:?}, wire: {:?}, role: {}, note: {:?}, \
                                          bytes: {} }}",
-                                        c.wit, c.wire, c.role, c.note, c.bytes
+                                        c.wit,
+                                        c.wire,
+                                        c.role.rust(),
+                                        c.note,
+                                        c.bytes
                                     )
                                 })
                                 .collect();
@@ -393,7 +458,8 @@ fn render_stream(stream: Option<&Stream>) -> String {
             };
             format!(
                 "Callee {{ function: {:?}, via: {}, answer: {answer} }}",
-                c.function, c.via
+                c.function,
+                c.via.rust()
             )
         })
         .collect();
@@ -468,7 +534,8 @@ fn tags(line: &str) -> Result<Vec<String>, String> {
 
 const METHOD_TAGS: &str = "capability=NAME, result=KEY, default.FIELD=JSON, alias.WIRE=FIELD, \
      range.FIELD=MIN..MAX, extends=FIELD, wait[=FIELD], stream, id=KEY, forward=CAPABILITY, \
-     note=NAME, input=NAME, detach, when.PARAM=FUNCTION or prefer=FUNCTION";
+     note=NAME, input=NAME, detach, when.PARAM=FUNCTION, fed.PARAM=METHOD, prefer=FUNCTION or \
+     title=TEXT";
 
 fn method(cx: &Ctx, func: &Function, line: &str) -> Result<Method, String> {
     let params = params(cx.resolve, func);
@@ -489,6 +556,8 @@ fn method(cx: &Ctx, func: &Function, line: &str) -> Result<Method, String> {
         extends: None,
         wait: None,
         stream: None,
+        title: None,
+        fed: Vec::new(),
     };
     for (i, p) in params.iter().enumerate() {
         if params[..i].iter().any(|q| q.wire == p.wire) {
@@ -545,6 +614,17 @@ fn method(cx: &Ctx, func: &Function, line: &str) -> Result<Method, String> {
                 stream.forward = Some(value.to_string());
             }
             "prefer" => stream.prefer = Some(value.to_string()),
+            "title" => {
+                let title = match value.starts_with('"') {
+                    true => serde_json::from_str::<String>(value)
+                        .map_err(|e| format!("title={value}: not a JSON string ({e})"))?,
+                    false => value.to_string(),
+                };
+                if title.trim().is_empty() {
+                    return Err(malformed());
+                }
+                m.title = Some(title);
+            }
             "extends" => {
                 let ty = param_type(value).map_err(|e| format!("extends={value}: {e}"))?;
                 if !is_integer(cx.resolve, ty) {
@@ -592,6 +672,8 @@ fn method(cx: &Ctx, func: &Function, line: &str) -> Result<Method, String> {
                     m.ranges.push((field.to_string(), min, max));
                 } else if let Some(param) = key.strip_prefix("when.") {
                     stream.when.push((param.to_string(), value.to_string()));
+                } else if let Some(param) = key.strip_prefix("fed.") {
+                    m.fed.push((param.to_string(), value.to_string()));
                 } else {
                     return Err(malformed());
                 }
@@ -609,7 +691,8 @@ fn method(cx: &Ctx, func: &Function, line: &str) -> Result<Method, String> {
         || stream.input.is_some()
         || stream.detach
         || stream.prefer.is_some()
-        || !stream.when.is_empty();
+        || !stream.when.is_empty()
+        || !m.fed.is_empty();
     if !tagged_stream {
         if m.wait == Some(None) {
             return Err(
@@ -620,13 +703,20 @@ fn method(cx: &Ctx, func: &Function, line: &str) -> Result<Method, String> {
         }
         if has_stream_tags {
             return Err(
-                "it has stream tags (id, forward, note, input, detach, when., prefer) but no \
-                 `stream` tag"
+                "it has stream tags (id, forward, note, input, detach, when., fed., prefer) but \
+                 no `stream` tag"
                     .into(),
             );
         }
         check_plain(cx, func, &m, result)?;
         return Ok(m);
+    }
+    for (param, _) in &m.fed {
+        if !stream.when.iter().any(|(flag, _)| flag == param) {
+            return Err(format!(
+                "fed.{param}: `{param}` is not a `when.` flag of this method"
+            ));
+        }
     }
     stream.callees = callees(cx, func, &m, &stream)?;
     if !answers_stream
@@ -661,7 +751,7 @@ fn check_capability(cx: &Ctx, value: &str) -> Result<(), String> {
 fn callees(cx: &Ctx, func: &Function, m: &Method, s: &Stream) -> Result<Vec<Callee>, String> {
     let mut callees = vec![Callee {
         function: func.name.clone(),
-        via: "Via::Main".into(),
+        via: Via::Main,
         answer: answer(cx, func, s)?,
     }];
     let same_params = |other: &Function| {
@@ -692,7 +782,7 @@ fn callees(cx: &Ctx, func: &Function, m: &Method, s: &Stream) -> Result<Vec<Call
         }
         callees.push(Callee {
             function: prefer.clone(),
-            via: "Via::Prefer".into(),
+            via: Via::Prefer,
             answer,
         });
     }
@@ -724,7 +814,10 @@ fn callees(cx: &Ctx, func: &Function, m: &Method, s: &Stream) -> Result<Vec<Call
         }
         callees.push(Callee {
             function: name.clone(),
-            via: format!("Via::When {{ param: {param:?}, is_param: {is_param} }}"),
+            via: Via::When {
+                param: param.clone(),
+                is_param,
+            },
             answer,
         });
     }
@@ -875,7 +968,7 @@ fn cases(cx: &Ctx, v: &Variant, s: &Stream) -> Result<Vec<Case>, String> {
         let (mut role, mut note) = (None, None);
         for tag in tags(&line).map_err(&located)? {
             let malformed = || located(format!("malformed tag `{tag}` (expected {CASE_TAGS})"));
-            let set = |role: &mut Option<String>, r: String| {
+            let set = |role: &mut Option<Role>, r: Role| {
                 if role.replace(r).is_some() {
                     return Err(located("it has two roles".into()));
                 }
@@ -889,13 +982,13 @@ fn cases(cx: &Ctx, v: &Variant, s: &Stream) -> Result<Vec<Case>, String> {
                     if s.id.is_none() {
                         return Err(located("the method names no id: give it id=KEY".into()));
                     }
-                    set(&mut role, "Role::Id".into())?;
+                    set(&mut role, Role::Id)?;
                 }
                 None if tag == "text" => {
                     if payload.map(|t| dealias(cx.resolve, t)) != Some(Type::String) {
                         return Err(located("a `text` case carries a string".into()));
                     }
-                    set(&mut role, "Role::Text".into())?;
+                    set(&mut role, Role::Text)?;
                 }
                 None if tag == "end" => {
                     let record = payload.is_some_and(|t| {
@@ -906,26 +999,27 @@ fn cases(cx: &Ctx, v: &Variant, s: &Stream) -> Result<Vec<Case>, String> {
                             "its payload is not a record: name its key with end=KEY".into(),
                         ));
                     }
-                    set(&mut role, "Role::End(None)".into())?;
+                    set(&mut role, Role::End(None))?;
                 }
                 Some(("end", key)) if !key.is_empty() => {
-                    set(&mut role, format!("Role::End(Some({key:?}))"))?
+                    set(&mut role, Role::End(Some(key.to_string())))?
                 }
                 Some(("item", key)) if !key.is_empty() => {
-                    set(&mut role, format!("Role::Item({key:?})"))?
+                    set(&mut role, Role::Item(key.to_string()))?
                 }
                 Some(("keep", key)) if !key.is_empty() => {
-                    set(&mut role, format!("Role::Keep({key:?})"))?
+                    set(&mut role, Role::Keep(key.to_string()))?
                 }
                 Some(("note", name)) if !name.is_empty() => note = Some(name.to_string()),
                 _ => return Err(malformed()),
             }
         }
-        let role = role.unwrap_or_else(|| "Role::Forward".into());
-        let forwarded = role == "Role::Forward"
-            || role == "Role::Text"
-            || role.starts_with("Role::Item")
-            || (role == "Role::Id" && (s.forward.is_some() || s.detach));
+        let role = role.unwrap_or(Role::Forward);
+        let forwarded = match role {
+            Role::Forward | Role::Text | Role::Item(_) => true,
+            Role::Id => s.forward.is_some() || s.detach,
+            Role::Keep(_) | Role::End(_) => false,
+        };
         if forwarded && note.is_none() {
             return Err(located(
                 "it is forwarded: name its notification with note=NAME".into(),
@@ -941,11 +1035,12 @@ fn cases(cx: &Ctx, v: &Variant, s: &Stream) -> Result<Vec<Case>, String> {
             note,
             rust: payload.map_or(Some(String::new()), |t| rust_type(cx.resolve, t)),
             bytes: payload.is_some_and(|t| is_bytes(cx.resolve, t)),
+            ty: payload,
         });
     }
     let ends = out
         .iter()
-        .filter(|c| c.role.starts_with("Role::End"))
+        .filter(|c| matches!(c.role, Role::End(_)))
         .count();
     if ends != 1 {
         return Err(format!("it needs exactly one `end` case, not {ends}"));
@@ -1025,27 +1120,33 @@ fn check_plain(cx: &Ctx, func: &Function, m: &Method, ok: Option<Type>) -> Resul
 /// One param as the wire sees it.
 struct Param {
     wire: String,
+    wit: String,
     ty: Type,
     /// An integer `*-ms` param: seconds on the wire.
     seconds: bool,
+    /// Its doc comment, when it is a field of a lone `req` record.
+    doc: Option<String>,
 }
 
 /// The wire params; a lone `req` record is flattened into its fields.
 fn params(resolve: &Resolve, func: &Function) -> Vec<Param> {
-    let fields: Vec<(&str, Type)> = match func.params.as_slice() {
+    let fields: Vec<(&str, Type, Option<&String>)> = match func.params.as_slice() {
         [param] if param.name == "req" => match kind(resolve, param.ty) {
             Some(TypeDefKind::Record(record)) => record
                 .fields
                 .iter()
-                .map(|f| (f.name.as_str(), f.ty))
+                .map(|f| (f.name.as_str(), f.ty, f.docs.contents.as_ref()))
                 .collect(),
-            _ => vec![(param.name.as_str(), param.ty)],
+            _ => vec![(param.name.as_str(), param.ty, None)],
         },
-        params => params.iter().map(|p| (p.name.as_str(), p.ty)).collect(),
+        params => params
+            .iter()
+            .map(|p| (p.name.as_str(), p.ty, None))
+            .collect(),
     };
     fields
         .into_iter()
-        .map(|(wit, ty)| {
+        .map(|(wit, ty, doc)| {
             let integer = is_integer(resolve, ty);
             Param {
                 wire: if integer {
@@ -1053,8 +1154,10 @@ fn params(resolve: &Resolve, func: &Function) -> Vec<Param> {
                 } else {
                     names::field(wit)
                 },
+                wit: wit.to_string(),
                 ty,
                 seconds: integer && names::seconds(wit).is_some(),
+                doc: doc.cloned(),
             }
         })
         .collect()
@@ -1192,4 +1295,1064 @@ fn fits(resolve: &Resolve, ty: Type, json: &serde_json::Value) -> Result<(), Str
     } else {
         Err(format!("`{json}` is not {want}"))
     }
+}
+
+// ------------------------------------------------------------------ MCP tools
+
+/// The stream adapter's own params that a tool takes (host/src/rpc/bytes.rs):
+/// how a reader's or writer's content is encoded, and a writer's content.
+/// Left out: `stream` (a tool streams by the MCP server's progress
+/// notifications, never by EPP notifications) and a writer's `size` (its
+/// content then follows in input notifications).
+const ENCODING: &str = "encoding";
+const ENCODINGS: [&str; 2] = ["utf8", "base64"];
+const CONTENT: &str = "content";
+const SIZE: &str = "size";
+/// What a collected answer carries when output was dropped.
+const TRUNCATED: &str = "truncated";
+
+/// What a method does to its world, by the words of its name (docs/epp-1.md
+/// §8, Tools): the MCP annotations `readOnlyHint`, `destructiveHint`,
+/// `idempotentHint`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Effect {
+    /// Only looks: read-only (and so idempotent).
+    Reads,
+    /// Adds something new each time.
+    Adds,
+    /// Sets a state: again changes nothing more.
+    Settles,
+    /// Removes or replaces something; again changes nothing more.
+    Destroys,
+    /// May do anything (a command, a signal): MCP's defaults.
+    Acts,
+}
+
+impl Effect {
+    fn hints(self) -> (bool, bool, bool) {
+        match self {
+            Effect::Reads => (true, false, true),
+            Effect::Adds => (false, false, false),
+            Effect::Settles => (false, false, true),
+            Effect::Destroys => (false, true, true),
+            Effect::Acts => (false, true, false),
+        }
+    }
+}
+
+/// The words the rule knows: (word, whether it is a verb, its effect). The
+/// first known word of the last part of a method's name decides; a name
+/// with none gets MCP's defaults ([`Effect::Acts`]).
+const WORDS: &[(&str, bool, Effect)] = &[
+    ("list", true, Effect::Reads),
+    ("get", true, Effect::Reads),
+    ("read", true, Effect::Reads),
+    ("search", true, Effect::Reads),
+    ("watch", true, Effect::Reads),
+    ("info", false, Effect::Reads),
+    ("status", false, Effect::Reads),
+    ("logs", false, Effect::Reads),
+    ("metrics", false, Effect::Reads),
+    ("languages", false, Effect::Reads),
+    ("url", false, Effect::Reads),
+    ("exists", false, Effect::Reads),
+    ("create", true, Effect::Adds),
+    ("start", true, Effect::Adds),
+    ("build", true, Effect::Adds),
+    ("set", true, Effect::Settles),
+    ("make", true, Effect::Settles),
+    ("pause", true, Effect::Settles),
+    ("resume", true, Effect::Settles),
+    ("resize", true, Effect::Settles),
+    ("connect", true, Effect::Settles),
+    ("attach", true, Effect::Settles),
+    ("mount", true, Effect::Settles),
+    ("kill", true, Effect::Destroys),
+    ("remove", true, Effect::Destroys),
+    ("delete", true, Effect::Destroys),
+    ("unmount", true, Effect::Destroys),
+    ("detach", true, Effect::Destroys),
+    ("close", true, Effect::Destroys),
+    ("write", true, Effect::Destroys),
+    ("rename", true, Effect::Destroys),
+    ("run", true, Effect::Acts),
+    ("send", true, Effect::Acts),
+    ("signal", true, Effect::Acts),
+    ("interrupt", true, Effect::Acts),
+    ("restart", true, Effect::Acts),
+];
+
+/// Verbs whose object, alone, is plural in a title (`List sandboxes`).
+const PLURAL_VERBS: &[&str] = &["list", "search", "watch"];
+
+/// A doc comment as tools read it: its paragraphs, without `epp:` lines and
+/// param lines, and its param lines (`` `NAME`: text ``, running to the next
+/// such line, an `epp:` line or a blank line). wit-parser counts the plain
+/// comments above a doc comment in too: a section rule (`// ---- name`) is
+/// no text.
+#[derive(Default)]
+struct Doc {
+    paragraphs: Vec<String>,
+    params: Vec<(String, String)>,
+}
+
+impl Doc {
+    fn of(docs: Option<&str>) -> Doc {
+        let mut doc = Doc::default();
+        let (mut paragraph, mut in_param) = (String::new(), false);
+        let join = |text: &mut String, line: &str| {
+            if !text.is_empty() {
+                text.push(' ');
+            }
+            text.push_str(line);
+        };
+        let lines = docs.unwrap_or("").lines().map(str::trim);
+        for line in lines.filter(|l| !l.starts_with("---")) {
+            if line.is_empty() || line.starts_with("epp:") {
+                in_param = false;
+                if line.is_empty() && !paragraph.is_empty() {
+                    doc.paragraphs.push(std::mem::take(&mut paragraph));
+                }
+            } else if let Some((name, text)) = param_line(line) {
+                in_param = true;
+                doc.params.push((name.to_string(), text.to_string()));
+            } else if in_param && let Some((_, text)) = doc.params.last_mut() {
+                join(text, line);
+            } else {
+                join(&mut paragraph, line);
+            }
+        }
+        if !paragraph.is_empty() {
+            doc.paragraphs.push(paragraph);
+        }
+        doc
+    }
+
+    fn first(&self) -> &str {
+        self.paragraphs.first().map_or("", String::as_str)
+    }
+
+    /// Its description of the param `wit` (WIT name) / `wire`, and the name it used.
+    fn param(&self, wit: &str, wire: &str) -> Option<(&str, &str)> {
+        self.params
+            .iter()
+            .find(|(name, _)| name == wit || names::field(name) == wire)
+            .map(|(name, text)| (name.as_str(), text.as_str()))
+    }
+}
+
+/// `` `NAME`: text `` as (NAME, text).
+fn param_line(line: &str) -> Option<(&str, &str)> {
+    let (name, text) = line.strip_prefix('`')?.split_once("`:")?;
+    let word = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_';
+    (!name.is_empty() && name.chars().all(word)).then_some((name, text.trim()))
+}
+
+/// In descriptions, a method (`sandbox.create`, `sandbox-create`) in
+/// backticks is named as its tool (`sandbox_create`), and a param or field
+/// by its wire name (`sandbox-id` is `sandbox_id`). Also the words the
+/// contract's docs write in capitals (`URL`), for titles.
+struct Renames {
+    names: std::collections::BTreeMap<String, String>,
+    capitals: BTreeSet<String>,
+}
+
+impl Renames {
+    fn new(cx: &Ctx, infra: &wit_parser::Interface, methods: &[Method]) -> Renames {
+        let mut map = std::collections::BTreeMap::new();
+        let mut name = |wit: &str, ty: Type| {
+            if wit.contains('-') {
+                let wire = match is_integer(cx.resolve, ty) {
+                    true => names::integer_field(wit),
+                    false => names::field(wit),
+                };
+                map.entry(wit.to_string()).or_insert(wire);
+            }
+        };
+        for func in cx.functions.values() {
+            for p in &func.params {
+                name(&p.name, p.ty);
+            }
+        }
+        for id in infra.types.values() {
+            if let TypeDefKind::Record(r) = &cx.resolve.types[*id].kind {
+                for f in &r.fields {
+                    name(&f.name, f.ty);
+                }
+            }
+        }
+        for m in methods {
+            map.insert(m.function.clone(), tool_name(&m.wire));
+            map.insert(m.wire.clone(), tool_name(&m.wire));
+        }
+        let docs = cx.functions.values().map(|f| &f.docs).chain([&infra.docs]);
+        let capitals = docs
+            .flat_map(|d| {
+                d.contents
+                    .as_deref()
+                    .unwrap_or("")
+                    .split(|c: char| !c.is_ascii_alphanumeric())
+            })
+            .filter(|w| w.len() > 1 && w.chars().all(|c| c.is_ascii_uppercase()))
+            .map(str::to_string)
+            .collect();
+        Renames {
+            names: map,
+            capitals,
+        }
+    }
+
+    fn apply(&self, text: &str) -> String {
+        text.split('`')
+            .enumerate()
+            .map(|(i, part)| match (i % 2, self.names.get(part)) {
+                (1, Some(name)) => name.as_str(),
+                _ => part,
+            })
+            .collect::<Vec<_>>()
+            .join("`")
+    }
+}
+
+/// `sandbox.create` as a tool: `sandbox_create`.
+fn tool_name(wire: &str) -> String {
+    wire.replace('.', "_")
+}
+
+/// How a value is projected: as params take it, or as answers give it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    In,
+    Out,
+}
+
+/// JSON Schemas of WIT types, by the codec's rule (docs/epp-1.md §8, Values).
+struct Schemas<'a> {
+    resolve: &'a Resolve,
+    dir: Dir,
+}
+
+impl Schemas<'_> {
+    /// A field or param named `wit` (the `*-ms` and `mode` rules read its name).
+    fn field(&self, wit: &str, ty: Type) -> Result<Value, String> {
+        let (option, inner) = match kind(self.resolve, ty) {
+            Some(TypeDefKind::Option(inner)) => (true, dealias(self.resolve, *inner)),
+            _ => (false, dealias(self.resolve, ty)),
+        };
+        let unit = match self.dir {
+            _ if !is_integer(self.resolve, inner) => return self.of(ty),
+            Dir::In if names::seconds(wit).is_some() => {
+                json!({"type": "number", "exclusiveMinimum": 0, "maximum": 1_000_000_000})
+            }
+            Dir::Out if names::seconds(wit).is_some() => json!({"type": "number"}),
+            Dir::In if inner == Type::U32 && names::is_mode(wit) => {
+                json!({"type": ["string", "integer"], "pattern": "^(0o)?[0-7]+$", "minimum": 0})
+            }
+            Dir::Out if inner == Type::U32 && names::is_mode(wit) => json!({"type": "string"}),
+            _ => return self.of(ty),
+        };
+        Ok(if option { nullable(unit) } else { unit })
+    }
+
+    fn of(&self, ty: Type) -> Result<Value, String> {
+        let integer = |min: i64, max: Option<u64>| match (self.dir, max) {
+            (Dir::Out, _) => json!({"type": "integer"}),
+            (Dir::In, Some(max)) => json!({"type": "integer", "minimum": min, "maximum": max}),
+            (Dir::In, None) => json!({"type": "integer", "minimum": min}),
+        };
+        Ok(match dealias(self.resolve, ty) {
+            Type::Bool => json!({"type": "boolean"}),
+            Type::U8 => integer(0, Some(u8::MAX.into())),
+            Type::U16 => integer(0, Some(u16::MAX.into())),
+            // Wider bounds than these say nothing a client needs.
+            Type::U32 | Type::U64 => integer(0, None),
+            Type::S8 => integer(i8::MIN.into(), Some(i8::MAX as u64)),
+            Type::S16 => integer(i16::MIN.into(), Some(i16::MAX as u64)),
+            Type::S32 | Type::S64 => json!({"type": "integer"}),
+            // NaN and infinities are answered as null.
+            Type::F32 | Type::F64 => match self.dir {
+                Dir::In => json!({"type": "number"}),
+                Dir::Out => json!({"type": ["number", "null"]}),
+            },
+            Type::Char => json!({"type": "string", "minLength": 1, "maxLength": 1}),
+            Type::String => json!({"type": "string"}),
+            Type::ErrorContext => return Err("an error-context has no JSON form".into()),
+            Type::Id(id) => match &self.resolve.types[id].kind {
+                TypeDefKind::Record(r) => self.record(&r.fields)?,
+                TypeDefKind::Tuple(t) => {
+                    let items = t
+                        .types
+                        .iter()
+                        .map(|t| self.of(*t))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let n = items.len();
+                    json!({"type": "array", "prefixItems": items, "minItems": n, "maxItems": n})
+                }
+                TypeDefKind::Flags(f) => {
+                    let names: Vec<String> =
+                        f.flags.iter().map(|f| names::field(&f.name)).collect();
+                    json!({"type": "array", "items": {"enum": names}, "uniqueItems": true})
+                }
+                TypeDefKind::Enum(e) => {
+                    let names: Vec<String> =
+                        e.cases.iter().map(|c| names::field(&c.name)).collect();
+                    json!({"enum": names})
+                }
+                TypeDefKind::Variant(v) => {
+                    let cases = v
+                        .cases
+                        .iter()
+                        .map(|c| {
+                            let name = names::field(&c.name);
+                            Ok(match c.ty {
+                                None => json!({"const": name}),
+                                Some(t) => one_key(&name, self.of(t)?),
+                            })
+                        })
+                        .collect::<Result<Vec<_>, String>>()?;
+                    json!({"oneOf": cases})
+                }
+                TypeDefKind::Option(t) => nullable(self.of(*t)?),
+                TypeDefKind::Result(r) => {
+                    let side = |name: &str, t: Option<Type>| -> Result<Value, String> {
+                        let value = match t {
+                            Some(t) => self.of(t)?,
+                            None => json!({"type": "null"}),
+                        };
+                        Ok(one_key(name, value))
+                    };
+                    json!({"oneOf": [side("ok", r.ok)?, side("err", r.err)?]})
+                }
+                TypeDefKind::List(item) => match kind(self.resolve, *item) {
+                    _ if dealias(self.resolve, *item) == Type::U8 => {
+                        json!({"type": "string", "contentEncoding": "base64"})
+                    }
+                    Some(TypeDefKind::Tuple(t))
+                        if t.types.len() == 2
+                            && t.types
+                                .iter()
+                                .all(|t| dealias(self.resolve, *t) == Type::String) =>
+                    {
+                        json!({"type": "object", "additionalProperties": {"type": "string"}})
+                    }
+                    _ => json!({"type": "array", "items": self.of(*item)?}),
+                },
+                other => {
+                    return Err(format!("a {} has no JSON form", other.as_str()));
+                }
+            },
+        })
+    }
+
+    /// A record: an object of its fields. As params: fields described by
+    /// their docs, required as the codec requires them, no others; as an
+    /// answer: every field is there.
+    fn record(&self, fields: &[wit_parser::Field]) -> Result<Value, String> {
+        let mut properties = Map::new();
+        let mut required = Vec::new();
+        for f in fields {
+            let wire = match is_integer(self.resolve, f.ty) {
+                true => names::integer_field(&f.name),
+                false => names::field(&f.name),
+            };
+            let mut schema = self.field(&f.name, f.ty)?;
+            if self.dir == Dir::In
+                && let Some(text) = Doc::of(f.docs.contents.as_deref()).paragraphs.first()
+            {
+                describe(&mut schema, text);
+            }
+            if self.dir == Dir::Out || needed(self.resolve, f.ty) {
+                required.push(Value::String(wire.clone()));
+            }
+            properties.insert(wire, schema);
+        }
+        Ok(object(properties, required, self.dir))
+    }
+}
+
+/// An object schema of `properties`; params take no others.
+fn object(properties: Map<String, Value>, required: Vec<Value>, dir: Dir) -> Value {
+    let mut schema = Map::new();
+    schema.insert("type".into(), "object".into());
+    if !properties.is_empty() {
+        schema.insert("properties".into(), Value::Object(properties));
+    }
+    if !required.is_empty() {
+        schema.insert("required".into(), Value::Array(required));
+    }
+    if dir == Dir::In {
+        schema.insert("additionalProperties".into(), false.into());
+    }
+    Value::Object(schema)
+}
+
+/// `{"name": value}` and nothing else.
+fn one_key(name: &str, value: Value) -> Value {
+    json!({"type": "object", "properties": {name: value}, "required": [name], "additionalProperties": false})
+}
+
+/// `schema`, or null.
+fn nullable(mut schema: Value) -> Value {
+    let composite = ["oneOf", "anyOf", "allOf", "const", "$ref"];
+    let Some(map) = schema.as_object_mut() else {
+        return schema;
+    };
+    if composite.iter().any(|k| map.contains_key(*k)) {
+        return json!({"anyOf": [schema, {"type": "null"}]});
+    }
+    match map.get_mut("type") {
+        Some(Value::String(t)) => {
+            let t = std::mem::take(t);
+            map.insert("type".into(), json!([t, "null"]));
+        }
+        Some(Value::Array(types)) => types.push("null".into()),
+        _ => {}
+    }
+    if let Some(Value::Array(cases)) = map.get_mut("enum") {
+        cases.push(Value::Null);
+    }
+    schema
+}
+
+/// Adds `text`, a description, to `schema`.
+fn describe(schema: &mut Value, text: &str) {
+    if let Some(map) = schema.as_object_mut() {
+        map.insert("description".into(), text.into());
+    }
+}
+
+/// Whether the codec refuses a param or field of this type when it is
+/// absent: it is not an option, a list, key-values, bytes or a bool.
+fn needed(resolve: &Resolve, ty: Type) -> bool {
+    dealias(resolve, ty) != Type::Bool
+        && !matches!(
+            kind(resolve, ty),
+            Some(TypeDefKind::Option(_) | TypeDefKind::List(_))
+        )
+}
+
+/// One param of a tool.
+struct ToolParam {
+    wire: String,
+    wit: String,
+    schema: Value,
+    required: bool,
+    /// An integer `*-ms` param: seconds on the wire.
+    seconds: bool,
+    /// The doc of the record field it is, if it is one.
+    field_doc: Option<String>,
+    /// The params of each object of a list param (a writer's `when.` list).
+    items: Option<Vec<ToolParam>>,
+}
+
+impl ToolParam {
+    /// A param or field `wit` of type `ty`, with `m`'s default and range of it.
+    fn of(
+        cx: &Ctx,
+        m: Option<&Method>,
+        wit: &str,
+        ty: Type,
+        doc: Option<&String>,
+    ) -> Result<ToolParam, String> {
+        let integer = is_integer(cx.resolve, ty);
+        let wire = match integer {
+            true => names::integer_field(wit),
+            false => names::field(wit),
+        };
+        let schemas = Schemas {
+            resolve: cx.resolve,
+            dir: Dir::In,
+        };
+        let mut schema = schemas.field(wit, ty)?;
+        let default = m.and_then(|m| m.defaults.iter().find(|(f, _)| *f == wire));
+        let range = m.and_then(|m| m.ranges.iter().find(|(f, ..)| *f == wire));
+        if let Some(map) = schema.as_object_mut() {
+            if let Some((_, json)) = default {
+                let value: Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
+                map.insert("default".into(), value);
+            }
+            if let Some((_, min, max)) = range {
+                for (key, bound) in [("minimum", min), ("maximum", max)] {
+                    if let Some(bound) = bound {
+                        map.insert(key.into(), (*bound).into());
+                    }
+                }
+            }
+        }
+        Ok(ToolParam {
+            required: needed(cx.resolve, ty) && default.is_none(),
+            seconds: integer && names::seconds(wit).is_some(),
+            wire,
+            wit: wit.to_string(),
+            schema,
+            field_doc: doc.cloned(),
+            items: None,
+        })
+    }
+
+    /// One of the stream adapter's own params.
+    fn adapter(name: &str, schema: Value, required: bool) -> ToolParam {
+        ToolParam {
+            wire: name.to_string(),
+            wit: name.to_string(),
+            schema,
+            required,
+            seconds: false,
+            field_doc: None,
+            items: None,
+        }
+    }
+
+    fn encoding() -> ToolParam {
+        let schema = json!({"enum": ENCODINGS, "default": ENCODINGS[0]});
+        ToolParam::adapter(ENCODING, schema, false)
+    }
+}
+
+/// A writer's params as the adapter takes them: `content` and `encoding`
+/// where its `size` was (after the others when it has none).
+fn writer_params(params: Vec<ToolParam>) -> Vec<ToolParam> {
+    let at = params
+        .iter()
+        .position(|p| p.wire == SIZE)
+        .unwrap_or(params.len());
+    let mut out: Vec<ToolParam> = params.into_iter().filter(|p| p.wire != SIZE).collect();
+    let content = ToolParam::adapter(CONTENT, json!({"type": "string"}), true);
+    out.splice(at..at, [content, ToolParam::encoding()]);
+    out
+}
+
+/// The record of an `option<record>`.
+fn option_record(resolve: &Resolve, ty: Type) -> Option<&wit_parser::Record> {
+    match kind(resolve, ty) {
+        Some(TypeDefKind::Option(inner)) => match kind(resolve, *inner) {
+            Some(TypeDefKind::Record(r)) => Some(r),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The record of a `list<record>`.
+fn list_record(resolve: &Resolve, ty: Type) -> Option<&wit_parser::Record> {
+    match kind(resolve, ty) {
+        Some(TypeDefKind::List(inner)) => match kind(resolve, *inner) {
+            Some(TypeDefKind::Record(r)) => Some(r),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The params of a method's tool: its function's, as its stream adapter
+/// takes them (a reader's range as its fields, and `encoding`; a writer's
+/// `content` and `encoding` for its `size`), and its `when.` params (a flag
+/// as a boolean, unless it is `fed.`; a list param of a writer as a list of
+/// objects made of the writer's params). With a `when.` list, the params it
+/// stands for are required only without it: those sets come second.
+fn tool_params(
+    cx: &Ctx,
+    m: &Method,
+    func: &Function,
+) -> Result<(Vec<ToolParam>, Vec<Vec<String>>), String> {
+    let shape = m.stream.as_ref().map(|s| &s.callees[0].answer);
+    let reader = matches!(shape, Some(Answer::Reader { .. }));
+    let mut out = Vec::new();
+    for p in params(cx.resolve, func) {
+        match option_record(cx.resolve, p.ty) {
+            Some(range) if reader => {
+                for f in &range.fields {
+                    let doc = f.docs.contents.as_ref();
+                    let mut field = ToolParam::of(cx, None, &f.name, f.ty, doc)?;
+                    field.required = false;
+                    out.push(field);
+                }
+            }
+            _ => out.push(ToolParam::of(cx, Some(m), &p.wit, p.ty, p.doc.as_ref())?),
+        }
+    }
+    if reader {
+        out.push(ToolParam::encoding());
+    }
+    if matches!(shape, Some(Answer::Writer { .. })) {
+        out = writer_params(out);
+    }
+    let own: Vec<String> = out
+        .iter()
+        .filter(|p| p.required)
+        .map(|p| p.wire.clone())
+        .collect();
+    let mut required = own.clone();
+    let mut alternatives = Vec::new();
+    for c in m.stream.iter().flat_map(|s| &s.callees) {
+        let Via::When { param, is_param } = &c.via else {
+            continue;
+        };
+        let fed = m.fed.iter().any(|(p, _)| p == param);
+        match (is_param, fed) {
+            (false, true) => continue,
+            (true, true) => {
+                return Err(format!(
+                    "fed.{param}: `{param}` is a param of `{}`, not a flag",
+                    c.function
+                ));
+            }
+            (false, false) => {
+                out.push(ToolParam::adapter(param, json!({"type": "boolean"}), false));
+                continue;
+            }
+            (true, false) => {}
+        }
+        let mut alternative = Vec::new();
+        for q in params(cx.resolve, &cx.functions[&c.function]) {
+            if &q.wire != param {
+                if !out.iter().any(|p| p.wire == q.wire) {
+                    return Err(format!(
+                        "when.{param}={}: its param `{}` is not a param of the method, so one \
+                         tool cannot take both",
+                        c.function, q.wire
+                    ));
+                }
+                if needed(cx.resolve, q.ty) {
+                    alternative.push(q.wire);
+                }
+                continue;
+            }
+            let mut list = ToolParam::of(cx, None, &q.wit, q.ty, q.doc.as_ref())?;
+            if matches!(c.answer, Answer::Writer { .. })
+                && let Some(record) = list_record(cx.resolve, q.ty)
+            {
+                let fields = record
+                    .fields
+                    .iter()
+                    .map(|f| ToolParam::of(cx, None, &f.name, f.ty, f.docs.contents.as_ref()))
+                    .collect::<Result<Vec<_>, _>>()?;
+                list.items = Some(writer_params(fields));
+            }
+            alternative.push(q.wire);
+            out.push(list);
+        }
+        required.retain(|r| alternative.contains(r));
+        alternatives.push(alternative);
+    }
+    if !alternatives.is_empty() {
+        alternatives.insert(0, own);
+        for set in &mut alternatives {
+            set.retain(|p| !required.contains(p));
+        }
+    }
+    for p in &mut out {
+        p.required = required.contains(&p.wire);
+    }
+    Ok((out, alternatives))
+}
+
+/// An answer object: its properties, and which are always there.
+#[derive(Default)]
+struct Fields {
+    properties: Vec<(String, Value)>,
+    required: Vec<String>,
+}
+
+impl Fields {
+    fn push(&mut self, key: &str, schema: Value, required: bool) {
+        self.properties.push((key.to_string(), schema));
+        if required {
+            self.required.push(key.to_string());
+        }
+    }
+
+    fn append(&mut self, other: Fields) {
+        self.properties.extend(other.properties);
+        self.required.extend(other.required);
+    }
+
+    /// Both answers' properties; required only when always there.
+    fn merge(mut self, other: Fields) -> Result<Fields, String> {
+        for (key, schema) in other.properties {
+            match self.properties.iter().find(|(k, _)| *k == key) {
+                Some((_, mine)) if *mine != schema => {
+                    return Err(format!(
+                        "its functions answer `{key}` in two forms, which one schema cannot say"
+                    ));
+                }
+                Some(_) => {}
+                None => self.properties.push((key, schema)),
+            }
+        }
+        self.required.retain(|k| other.required.contains(k));
+        Ok(self)
+    }
+
+    fn schema(self) -> Value {
+        let required = self.required.into_iter().map(Value::String).collect();
+        object(self.properties.into_iter().collect(), required, Dir::Out)
+    }
+}
+
+/// The answer of a value: a record's fields, nothing as no fields, any
+/// other value under `key`.
+fn plain_answer(cx: &Ctx, key: Option<&str>, ok: Option<Type>) -> Result<Fields, String> {
+    let out = Schemas {
+        resolve: cx.resolve,
+        dir: Dir::Out,
+    };
+    let mut fields = Fields::default();
+    let Some(ty) = ok else {
+        return Ok(fields);
+    };
+    match kind(cx.resolve, ty) {
+        Some(TypeDefKind::Record(r)) => {
+            for f in &r.fields {
+                let wire = match is_integer(cx.resolve, f.ty) {
+                    true => names::integer_field(&f.name),
+                    false => names::field(&f.name),
+                };
+                fields.push(&wire, out.field(&f.name, f.ty)?, true);
+            }
+        }
+        _ => {
+            let key = key.ok_or("its answer is not a record and has no key")?;
+            fields.push(key, out.of(ty)?, true);
+        }
+    }
+    Ok(fields)
+}
+
+/// What a stream method answers through `callee` (docs/epp-1.md §8, How a
+/// stream is served), collected when it streams events.
+fn callee_answer(cx: &Ctx, m: &Method, s: &Stream, c: &Callee) -> Result<Fields, String> {
+    let out = Schemas {
+        resolve: cx.resolve,
+        dir: Dir::Out,
+    };
+    let key = m.result.as_deref().or(s.id.as_deref()).or(Some("result"));
+    let string = json!({"type": "string"});
+    let mut fields = Fields::default();
+    match &c.answer {
+        Answer::Plain => {
+            return plain_answer(cx, key, result_ok(cx, &cx.functions[&c.function])?);
+        }
+        Answer::Writer { finish, .. } => {
+            return plain_answer(cx, key, result_ok(cx, &cx.functions[finish])?);
+        }
+        Answer::Reader { .. } => {
+            fields.push(CONTENT, string.clone(), true);
+            fields.push(ENCODING, json!({"enum": ENCODINGS}), true);
+            fields.push(SIZE, json!({"type": "integer"}), true);
+        }
+        // A stream of records answers `{}` when it ends.
+        Answer::Events { cases: None, .. } => {}
+        Answer::Events {
+            cases: Some(cases), ..
+        } => {
+            if let Some(id) = &s.id {
+                fields.push(id, string.clone(), true);
+            }
+            if s.detach {
+                return Ok(fields);
+            }
+            let payload = |c: &Case| c.ty.map(|t| out.of(t)).transpose();
+            let mut texts = Vec::new();
+            let mut lists = Fields::default();
+            let mut kept = Fields::default();
+            for case in cases {
+                match &case.role {
+                    Role::End(Some(key)) => {
+                        fields.push(key, payload(case)?.unwrap_or(Value::Null), true);
+                    }
+                    // Its record's fields, an absent option left out.
+                    Role::End(None) => {
+                        let record = case.ty.and_then(|t| match kind(cx.resolve, t) {
+                            Some(TypeDefKind::Record(r)) => Some(r),
+                            _ => None,
+                        });
+                        for f in record.iter().flat_map(|r| &r.fields) {
+                            let (ty, always) = match kind(cx.resolve, f.ty) {
+                                Some(TypeDefKind::Option(inner)) => (*inner, false),
+                                _ => (f.ty, true),
+                            };
+                            let wire = match is_integer(cx.resolve, ty) {
+                                true => names::integer_field(&f.name),
+                                false => names::field(&f.name),
+                            };
+                            fields.push(&wire, out.field(&f.name, ty)?, always);
+                        }
+                    }
+                    Role::Keep(key) => kept.push(key, payload(case)?.unwrap_or(Value::Null), false),
+                    Role::Text => texts.push(case.wire.clone()),
+                    Role::Item(key) => {
+                        let items = payload(case)?.unwrap_or(Value::Null);
+                        lists.push(key, json!({"type": "array", "items": items}), true);
+                    }
+                    Role::Id | Role::Forward => {}
+                }
+            }
+            fields.append(kept);
+            for text in texts {
+                fields.push(&text, string.clone(), true);
+            }
+            fields.append(lists);
+            fields.push(TRUNCATED, json!({"type": "boolean"}), false);
+        }
+    }
+    Ok(fields)
+}
+
+/// One tool, as `contract::tools::Tool` holds it.
+struct ToolText {
+    name: String,
+    method: String,
+    title: String,
+    description: String,
+    input: String,
+    output: String,
+    effect: Effect,
+}
+
+/// The callees whose answers a tool can get: `prefer=` in place of the
+/// method's own function (which serves older components), and each `when.`
+/// function but a `fed.` one.
+fn tool_callees<'a>(m: &'a Method, s: &'a Stream) -> impl Iterator<Item = &'a Callee> {
+    let prefer = s.callees.iter().any(|c| c.via == Via::Prefer);
+    s.callees.iter().filter(move |c| match &c.via {
+        Via::Main => !prefer,
+        Via::Prefer => true,
+        Via::When { param, .. } => !m.fed.iter().any(|(p, _)| p == param),
+    })
+}
+
+fn tool(
+    cx: &Ctx,
+    m: &Method,
+    shared: &Doc,
+    renames: &Renames,
+    used: &mut BTreeSet<String>,
+) -> Result<ToolText, String> {
+    let func = &cx.functions[&m.function];
+    let own = Doc::of(func.docs.contents.as_deref());
+    let description = renames.apply(own.first());
+    if description.is_empty() {
+        return Err("its doc comment has no first paragraph to describe its tool with".into());
+    }
+    // Param lines: the method's own, then its other functions'.
+    let mut docs = vec![own];
+    for c in m.stream.iter().flat_map(|s| &s.callees).skip(1) {
+        docs.push(Doc::of(cx.functions[&c.function].docs.contents.as_deref()));
+    }
+
+    let (params, alternatives) = tool_params(cx, m, func)?;
+    let wit_params = params_names(cx, func);
+    for (name, _) in &docs[0].params {
+        let known = |p: &ToolParam| p.wit == *name || p.wire == names::field(name);
+        let nested = |p: &ToolParam| p.items.iter().flatten().any(known);
+        let omitted = wit_params.iter().any(|n| n == name);
+        if !params.iter().any(|p| known(p) || nested(p)) && !omitted {
+            return Err(format!(
+                "its doc describes `{name}`, which is not one of its params"
+            ));
+        }
+    }
+    let text_of = |p: &ToolParam, used: &mut BTreeSet<String>| -> Option<String> {
+        let text = docs
+            .iter()
+            .find_map(|d| d.param(&p.wit, &p.wire))
+            .map(|(_, text)| text.to_string())
+            .or_else(|| {
+                let doc = Doc::of(p.field_doc.as_deref());
+                doc.paragraphs.into_iter().next()
+            })
+            .or_else(|| {
+                let (name, text) = shared.param(&p.wit, &p.wire)?;
+                used.insert(name.to_string());
+                Some(text.to_string())
+            })?;
+        let text = match p.seconds {
+            true => format!("{text} In seconds."),
+            false => text,
+        };
+        Some(renames.apply(&text))
+    };
+    let mut properties = Map::new();
+    let mut required = Vec::new();
+    for p in params {
+        let text = text_of(&p, used).ok_or_else(|| {
+            format!(
+                "param `{}` has no description: give the function a line `` `{}`: … ``, \
+                 document the record field, or describe it once for all methods in the doc \
+                 of `interface infra`",
+                p.wire, p.wit
+            )
+        })?;
+        let mut schema = p.schema.clone();
+        if let Some(items) = &p.items {
+            let mut props = Map::new();
+            let mut needed = Vec::new();
+            for item in items {
+                let mut schema = item.schema.clone();
+                if let Some(text) = text_of(item, used) {
+                    describe(&mut schema, &text);
+                }
+                if item.required {
+                    needed.push(Value::String(item.wire.clone()));
+                }
+                props.insert(item.wire.clone(), schema);
+            }
+            schema = json!({"type": "array", "items": object(props, needed, Dir::In)});
+        }
+        describe(&mut schema, &text);
+        if p.required {
+            required.push(Value::String(p.wire.clone()));
+        }
+        properties.insert(p.wire, schema);
+    }
+    let mut input = object(properties, required, Dir::In);
+    if !alternatives.is_empty() {
+        let sets: Vec<Value> = alternatives
+            .into_iter()
+            .map(|set| json!({"required": set}))
+            .collect();
+        input["oneOf"] = Value::Array(sets);
+    }
+
+    let output = match &m.stream {
+        None => plain_answer(cx, m.result.as_deref(), result_ok(cx, func)?)?,
+        Some(s) => {
+            let mut answers = tool_callees(m, s).map(|c| callee_answer(cx, m, s, c));
+            let first = answers
+                .next()
+                .ok_or("it has no function a tool can call")??;
+            answers.try_fold(first, |all, next| all.merge(next?))?
+        }
+    };
+
+    let (title, effect) = title_and_effect(m, &renames.capitals);
+    Ok(ToolText {
+        name: tool_name(&m.wire),
+        method: m.wire.clone(),
+        title,
+        description,
+        input: input.to_string(),
+        output: output.schema().to_string(),
+        effect,
+    })
+}
+
+/// The names of a function's params, WIT and wire (those a tool leaves out
+/// too, which its doc may describe for other clients).
+fn params_names(cx: &Ctx, func: &Function) -> Vec<String> {
+    params(cx.resolve, func)
+        .into_iter()
+        .flat_map(|p| [p.wit, p.wire])
+        .collect()
+}
+
+/// A tool's title and what it does to its world, from its method's name
+/// (docs/epp-1.md §8, Tools): the first word the rule knows decides the
+/// effect, and a verb goes first (`sandbox.get_info` is "Get sandbox
+/// info"); the group is the object, plural after `list`-like verbs alone
+/// ("List sandboxes"), and a word the contract's docs write in capitals
+/// (`capitals`) is so written ("Port URL"). `title=` gives another title.
+fn title_and_effect(m: &Method, capitals: &BTreeSet<String>) -> (String, Effect) {
+    let (group, last) = m.wire.split_once('.').unwrap_or(("", &m.wire));
+    let words: Vec<&str> = last.split('_').collect();
+    let known = words
+        .iter()
+        .find_map(|w| WORDS.iter().find(|(word, ..)| word == w));
+    let effect = known.map_or(Effect::Acts, |(_, _, effect)| *effect);
+    if let Some(title) = &m.title {
+        return (title.clone(), effect);
+    }
+    let verb = known.filter(|(_, verb, _)| *verb).map(|(word, ..)| *word);
+    let rest: Vec<&str> = words.iter().copied().filter(|w| Some(*w) != verb).collect();
+    let noun = match verb {
+        Some(v) if rest.is_empty() && PLURAL_VERBS.contains(&v) => plural(group),
+        _ => singular(group),
+    };
+    let phrase: Vec<String> = verb
+        .into_iter()
+        .chain([noun.as_str()])
+        .chain(rest)
+        .filter(|w| !w.is_empty())
+        .map(|w| match capitals.contains(&w.to_ascii_uppercase()) {
+            true => w.to_ascii_uppercase(),
+            false => w.to_string(),
+        })
+        .collect();
+    let mut title = phrase.join(" ");
+    if let Some(first) = title.get(..1) {
+        title.replace_range(..1, &first.to_ascii_uppercase());
+    }
+    (title, effect)
+}
+
+/// `files` as `file` (a group named in the plural).
+fn singular(group: &str) -> String {
+    match group.strip_suffix('s') {
+        Some(stem) if !stem.ends_with('s') => stem.to_string(),
+        _ => group.to_string(),
+    }
+}
+
+/// `sandbox` as `sandboxes`.
+fn plural(group: &str) -> String {
+    let one = singular(group);
+    match ["s", "x", "sh", "ch"].iter().any(|end| one.ends_with(end)) {
+        true => format!("{one}es"),
+        false => format!("{one}s"),
+    }
+}
+
+/// `$OUT_DIR/tools.rs`: every method as an MCP tool, and the instructions.
+fn render_tools(
+    cx: &Ctx,
+    infra: &wit_parser::Interface,
+    methods: &[Method],
+) -> Result<String, String> {
+    let shared = Doc::of(infra.docs.contents.as_deref());
+    let renames = Renames::new(cx, infra, methods);
+    let instructions = renames.apply(shared.first());
+    if instructions.is_empty() {
+        return Err("`interface infra` has no doc comment to instruct an MCP client with".into());
+    }
+    let mut used = BTreeSet::new();
+    let mut code = String::from(
+        "// Generated by host/build.rs from wit/ (docs/epp-1.md §8, Tools). Do not edit.\n\n\
+         /// Every method as an MCP tool, in the order of `interface infra`.\n\
+         pub const TOOLS: &[Tool] = &[\n",
+    );
+    for m in methods {
+        if let Some((param, fed)) = m
+            .fed
+            .iter()
+            .find(|(_, f)| !methods.iter().any(|o| o.wire == *f))
+        {
+            return Err(format!(
+                "wit/infra.wit, function `{}`: fed.{param}={fed}: no method is called `{fed}`",
+                m.function
+            ));
+        }
+        let t = tool(cx, m, &shared, &renames, &mut used)
+            .map_err(|e| format!("wit/infra.wit, function `{}`: {e}", m.function))?;
+        let (read_only, destructive, idempotent) = t.effect.hints();
+        let _ = writeln!(
+            code,
+            "    Tool {{ name: {:?}, method: {:?}, title: {:?}, description: {:?}, \
+             input_schema: {:?}, output_schema: {:?}, read_only: {read_only}, \
+             destructive: {destructive}, idempotent: {idempotent} }},",
+            t.name, t.method, t.title, t.description, t.input, t.output
+        );
+    }
+    if let Some((name, _)) = shared.params.iter().find(|(n, _)| !used.contains(n)) {
+        return Err(format!(
+            "wit/infra.wit, `interface infra`: its doc describes `{name}`, which no method's \
+             tool takes without a description of its own"
+        ));
+    }
+    let _ = writeln!(
+        code,
+        "];\n\n/// What an MCP server tells its clients (`instructions`): the first paragraph \
+         of the doc of `interface infra`.\npub const INSTRUCTIONS: &str = {instructions:?};"
+    );
+    Ok(code)
 }
