@@ -1146,21 +1146,31 @@ fn params(resolve: &Resolve, func: &Function) -> Vec<Param> {
     };
     fields
         .into_iter()
-        .map(|(wit, ty, doc)| {
-            let integer = is_integer(resolve, ty);
-            Param {
-                wire: if integer {
-                    names::integer_field(wit)
-                } else {
-                    names::field(wit)
-                },
-                wit: wit.to_string(),
-                ty,
-                seconds: integer && names::seconds(wit).is_some(),
-                doc: doc.cloned(),
-            }
+        .map(|(wit, ty, doc)| Param {
+            wire: wire(resolve, wit, ty),
+            wit: wit.to_string(),
+            ty,
+            seconds: is_integer(resolve, ty) && names::seconds(wit).is_some(),
+            doc: doc.cloned(),
         })
         .collect()
+}
+
+/// The wire name of a field or param `wit` of type `ty` (`timeout-ms` of an
+/// integer is `timeout`).
+fn wire(resolve: &Resolve, wit: &str, ty: Type) -> String {
+    match is_integer(resolve, ty) {
+        true => names::integer_field(wit),
+        false => names::field(wit),
+    }
+}
+
+/// The record `ty` is, if it is one.
+fn record_of(resolve: &Resolve, ty: Type) -> Option<&wit_parser::Record> {
+    match kind(resolve, ty) {
+        Some(TypeDefKind::Record(r)) => Some(r),
+        _ => None,
+    }
 }
 
 /// Follows `type x = y` aliases.
@@ -1462,11 +1472,8 @@ impl Renames {
         let mut map = std::collections::BTreeMap::new();
         let mut name = |wit: &str, ty: Type| {
             if wit.contains('-') {
-                let wire = match is_integer(cx.resolve, ty) {
-                    true => names::integer_field(wit),
-                    false => names::field(wit),
-                };
-                map.entry(wit.to_string()).or_insert(wire);
+                map.entry(wit.to_string())
+                    .or_insert_with(|| wire(cx.resolve, wit, ty));
             }
         };
         for func in cx.functions.values() {
@@ -1651,10 +1658,7 @@ impl Schemas<'_> {
         let mut properties = Map::new();
         let mut required = Vec::new();
         for f in fields {
-            let wire = match is_integer(self.resolve, f.ty) {
-                true => names::integer_field(&f.name),
-                false => names::field(&f.name),
-            };
+            let wire = wire(self.resolve, &f.name, f.ty);
             let mut schema = self.field(&f.name, f.ty)?;
             if self.dir == Dir::In
                 && let Some(text) = Doc::of(f.docs.contents.as_deref()).paragraphs.first()
@@ -1755,10 +1759,7 @@ impl ToolParam {
         doc: Option<&String>,
     ) -> Result<ToolParam, String> {
         let integer = is_integer(cx.resolve, ty);
-        let wire = match integer {
-            true => names::integer_field(wit),
-            false => names::field(wit),
-        };
+        let wire = wire(cx.resolve, wit, ty);
         let schemas = Schemas {
             resolve: cx.resolve,
             dir: Dir::In,
@@ -1822,24 +1823,10 @@ fn writer_params(params: Vec<ToolParam>) -> Vec<ToolParam> {
     out
 }
 
-/// The record of an `option<record>`.
-fn option_record(resolve: &Resolve, ty: Type) -> Option<&wit_parser::Record> {
+/// The record inside an `option<record>` or a `list<record>`.
+fn inner_record(resolve: &Resolve, ty: Type) -> Option<&wit_parser::Record> {
     match kind(resolve, ty) {
-        Some(TypeDefKind::Option(inner)) => match kind(resolve, *inner) {
-            Some(TypeDefKind::Record(r)) => Some(r),
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
-/// The record of a `list<record>`.
-fn list_record(resolve: &Resolve, ty: Type) -> Option<&wit_parser::Record> {
-    match kind(resolve, ty) {
-        Some(TypeDefKind::List(inner)) => match kind(resolve, *inner) {
-            Some(TypeDefKind::Record(r)) => Some(r),
-            _ => None,
-        },
+        Some(TypeDefKind::Option(inner) | TypeDefKind::List(inner)) => record_of(resolve, *inner),
         _ => None,
     }
 }
@@ -1859,7 +1846,10 @@ fn tool_params(
     let reader = matches!(shape, Some(Answer::Reader { .. }));
     let mut out = Vec::new();
     for p in params(cx.resolve, func) {
-        match option_record(cx.resolve, p.ty) {
+        let range = matches!(kind(cx.resolve, p.ty), Some(TypeDefKind::Option(_)))
+            .then(|| inner_record(cx.resolve, p.ty))
+            .flatten();
+        match range {
             Some(range) if reader => {
                 for f in &range.fields {
                     let doc = f.docs.contents.as_ref();
@@ -1920,7 +1910,8 @@ fn tool_params(
             }
             let mut list = ToolParam::of(cx, None, &q.wit, q.ty, q.doc.as_ref())?;
             if matches!(c.answer, Answer::Writer { .. })
-                && let Some(record) = list_record(cx.resolve, q.ty)
+                && matches!(kind(cx.resolve, q.ty), Some(TypeDefKind::List(_)))
+                && let Some(record) = inner_record(cx.resolve, q.ty)
             {
                 let fields = record
                     .fields
@@ -2001,17 +1992,14 @@ fn plain_answer(cx: &Ctx, key: Option<&str>, ok: Option<Type>) -> Result<Fields,
     let Some(ty) = ok else {
         return Ok(fields);
     };
-    match kind(cx.resolve, ty) {
-        Some(TypeDefKind::Record(r)) => {
+    match record_of(cx.resolve, ty) {
+        Some(r) => {
             for f in &r.fields {
-                let wire = match is_integer(cx.resolve, f.ty) {
-                    true => names::integer_field(&f.name),
-                    false => names::field(&f.name),
-                };
-                fields.push(&wire, out.field(&f.name, f.ty)?, true);
+                let name = wire(cx.resolve, &f.name, f.ty);
+                fields.push(&name, out.field(&f.name, f.ty)?, true);
             }
         }
-        _ => {
+        None => {
             let key = key.ok_or("its answer is not a record and has no key")?;
             fields.push(key, out.of(ty)?, true);
         }
@@ -2063,20 +2051,14 @@ fn callee_answer(cx: &Ctx, m: &Method, s: &Stream, c: &Callee) -> Result<Fields,
                     }
                     // Its record's fields, an absent option left out.
                     Role::End(None) => {
-                        let record = case.ty.and_then(|t| match kind(cx.resolve, t) {
-                            Some(TypeDefKind::Record(r)) => Some(r),
-                            _ => None,
-                        });
+                        let record = case.ty.and_then(|t| record_of(cx.resolve, t));
                         for f in record.iter().flat_map(|r| &r.fields) {
                             let (ty, always) = match kind(cx.resolve, f.ty) {
                                 Some(TypeDefKind::Option(inner)) => (*inner, false),
                                 _ => (f.ty, true),
                             };
-                            let wire = match is_integer(cx.resolve, ty) {
-                                true => names::integer_field(&f.name),
-                                false => names::field(&f.name),
-                            };
-                            fields.push(&wire, out.field(&f.name, ty)?, always);
+                            let name = wire(cx.resolve, &f.name, ty);
+                            fields.push(&name, out.field(&f.name, ty)?, always);
                         }
                     }
                     Role::Keep(key) => kept.push(key, payload(case)?.unwrap_or(Value::Null), false),
