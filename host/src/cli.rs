@@ -31,6 +31,16 @@ pub enum Command {
         #[command(flatten)]
         host: HostArgs,
     },
+    /// Serve the provider as a Model Context Protocol server: one tool per EPP
+    /// method it serves, on stdin/stdout, or over streamable HTTP with `--http`.
+    Mcp {
+        /// The provider component: a .wasm file or an `oci://` reference (as `run`).
+        wasm: PathBuf,
+        #[command(flatten)]
+        host: HostArgs,
+        #[command(flatten)]
+        mcp: McpArgs,
+    },
     /// Send one request, print the result (and streaming notifications) and exit
     /// non-zero on error.
     Call {
@@ -257,6 +267,31 @@ pub struct HostArgs {
     /// Seconds in-flight requests get to finish after end of input.
     #[arg(long, default_value_t = 10, value_name = "SECS")]
     pub shutdown_grace: u64,
+}
+
+/// What `epp-host mcp` adds to the host's flags.
+#[derive(Args, Debug, Clone)]
+pub struct McpArgs {
+    /// Serve streamable HTTP at http://ADDR/mcp instead of stdio. ADDR must be
+    /// a loopback address unless `--http-any-address` is given.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub http: Option<std::net::SocketAddr>,
+    /// Allow `--http` on an address other than loopback (then set `--bearer-env`).
+    #[arg(long)]
+    pub http_any_address: bool,
+    /// The environment variable that holds the bearer token HTTP clients must
+    /// send (`Authorization: Bearer …`); never given on the command line.
+    #[arg(long, value_name = "NAME")]
+    pub bearer_env: Option<String>,
+    /// Only these tools (names, comma-separated or repeated).
+    #[arg(long, value_delimiter = ',', value_name = "NAME")]
+    pub tools: Vec<String>,
+    /// Only the tools that change nothing (their `readOnlyHint`).
+    #[arg(long)]
+    pub read_only: bool,
+    /// Seconds a tool call may run before it answers with what it has so far.
+    #[arg(long, default_value_t = 45, value_name = "SECS")]
+    pub mcp_wait: u64,
 }
 
 impl HostArgs {

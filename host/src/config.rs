@@ -113,6 +113,60 @@ pub fn load_options(args: &HostArgs, wasm: Vec<u8>) -> Result<LoadOptions> {
     })
 }
 
+/// How to serve MCP, from the flags and what the loaded provider says of itself.
+pub fn mcp_options(
+    host: &HostArgs,
+    args: &crate::cli::McpArgs,
+    runtime: &crate::runtime::Runtime,
+    sha256: String,
+    signers: Vec<String>,
+) -> Result<crate::mcp::McpOptions> {
+    if let Some(addr) = args.http
+        && !addr.ip().is_loopback()
+        && !args.http_any_address
+    {
+        bail!(
+            "--http {addr}: not a loopback address; MCP over HTTP is for this machine unless \
+             you pass --http-any-address (and --bearer-env)"
+        );
+    }
+    let bearer = match &args.bearer_env {
+        None => None,
+        Some(name) => match host_env(name) {
+            Some(token) if !token.trim().is_empty() => Some(token.trim().into()),
+            _ => bail!(
+                "--bearer-env {name}: that variable is not set (or empty); set it to the token"
+            ),
+        },
+    };
+    if let Some(addr) = args.http
+        && !addr.ip().is_loopback()
+        && bearer.is_none()
+    {
+        bail!("--http {addr} is not a loopback address: give --bearer-env too");
+    }
+    if args.bearer_env.is_some() && args.http.is_none() {
+        bail!(
+            "--bearer-env is for --http; on stdio the client is the process that started this one"
+        );
+    }
+    Ok(crate::mcp::McpOptions {
+        http: args
+            .http
+            .map(|addr| crate::mcp::http::HttpOptions { addr, bearer }),
+        serve: serve_options(host),
+        tools: (!args.tools.is_empty()).then(|| args.tools.clone()),
+        read_only: args.read_only,
+        wait: Duration::from_secs(args.mcp_wait.max(1)),
+        identity: crate::mcp::Identity {
+            provider: runtime.info.id.clone(),
+            provider_version: runtime.info.version.clone(),
+            sha256,
+            signers,
+        },
+    })
+}
+
 /// How to serve EPP/1, from the flags.
 pub fn serve_options(args: &HostArgs) -> ServeOptions {
     ServeOptions {

@@ -6,11 +6,12 @@
 //! `host/tests/layers.rs`): `contract` (what `wit/` says) → `net` (grant,
 //! policy, outbound HTTP and WebSocket) → `runtime` (instances, the one call
 //! layer) → `codec` (JSON ⇄ WIT values) → `rpc` (the wire, requests, streams)
-//! → the application: `cli`, `config`, `call`, `inspect`, `manifest`,
-//! `signing`, `oci`, `log`.
+//! → `mcp` (the same requests as MCP tools) → the application: `cli`,
+//! `config`, `call`, `inspect`, `manifest`, `signing`, `oci`, `log`.
 
 pub mod codec;
 pub mod contract;
+pub mod mcp;
 pub mod net;
 pub mod rpc;
 pub mod runtime;

@@ -70,6 +70,10 @@ fn main() -> ExitCode {
             let env = EnvSnapshot::take();
             async_main(run(wasm, host, env))
         }
+        Command::Mcp { wasm, host, mcp } => {
+            let env = EnvSnapshot::take();
+            async_main(serve_mcp(wasm, host, mcp, env))
+        }
         Command::Push {
             wasm,
             reference,
@@ -178,6 +182,10 @@ async fn verified(wasm: &Path, host: &HostArgs, env: &EnvSnapshot) -> Result<Vec
 /// Reads, verifies and loads a component for `run`.
 async fn load(wasm: &Path, host: &HostArgs, env: &EnvSnapshot) -> Result<Arc<Runtime>> {
     let bytes = verified(wasm, host, env).await?;
+    load_bytes(bytes, host).await
+}
+
+async fn load_bytes(bytes: Vec<u8>, host: &HostArgs) -> Result<Arc<Runtime>> {
     let options = config::load_options(host, bytes)?;
     let runtime = Runtime::load(options).await?;
     let (cache, what) = match runtime.cache {
@@ -191,6 +199,27 @@ async fn load(wasm: &Path, host: &HostArgs, env: &EnvSnapshot) -> Result<Arc<Run
         "compile cache: {cache}, {what}"
     );
     Ok(Arc::new(runtime))
+}
+
+/// `epp-host mcp`: the component as an MCP server.
+async fn serve_mcp(
+    wasm: std::path::PathBuf,
+    host: HostArgs,
+    args: cli::McpArgs,
+    env: EnvSnapshot,
+) -> Result<ExitCode> {
+    use sha2::Digest as _;
+    let bytes = verified(&wasm, &host, &env).await?;
+    let keys = signing::TrustedKeys::load(&host.trust)?;
+    let signers = match signing::verify(&bytes, &keys) {
+        signing::SignatureStatus::Trusted(ids) => ids,
+        _ => Vec::new(),
+    };
+    let sha256 = hex::encode(sha2::Sha256::digest(&bytes));
+    let runtime = load_bytes(bytes, &host).await?;
+    let opts = config::mcp_options(&host, &args, &runtime, sha256, signers)?;
+    epp_host::mcp::serve(runtime, opts).await?;
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn run(wasm: std::path::PathBuf, host: HostArgs, env: EnvSnapshot) -> Result<ExitCode> {

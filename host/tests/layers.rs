@@ -20,6 +20,7 @@ const LAYERS: &[&[&str]] = &[
     &["runtime"],
     &["codec"],
     &["rpc"],
+    &["mcp"],
     &[
         "call", "cli", "config", "inspect", "log", "manifest", "oci", "signing",
     ],

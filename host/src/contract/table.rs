@@ -133,6 +133,16 @@ pub fn carries_text(name: &str) -> bool {
     cases().any(|c| c.note == Some(name) && c.role == Role::Text)
 }
 
+/// The list an `item=KEY` case collects into, by its notification `name`.
+pub fn item_list(name: &str) -> Option<&'static str> {
+    cases()
+        .filter(|c| c.note == Some(name))
+        .find_map(|c| match c.role {
+            Role::Item(key) => Some(key),
+            _ => None,
+        })
+}
+
 /// Whether notification `name` carries bytes (`data`, base64).
 pub fn carries_bytes(name: &str) -> bool {
     cases().any(|c| c.note == Some(name) && c.bytes)

@@ -1,5 +1,7 @@
 //! Where answers and notifications go: whole lines on stdout, written by one
-//! thread so lines never interleave.
+//! thread so lines never interleave (`Outbox::wire`), or, for a front end that
+//! is not EPP/1's wire (`epp-host mcp`), notifications handed over as values
+//! (`Outbox::notes`).
 
 use super::errors::RpcError;
 use serde_json::{Map, Value, json};
@@ -23,8 +25,25 @@ const DIRECT: usize = 64 << 10;
 /// The sending end of the writer: cheap to clone, one per request.
 #[derive(Clone)]
 pub struct Outbox {
-    tx: mpsc::Sender<Queued>,
-    budget: Arc<Semaphore>,
+    to: To,
+}
+
+#[derive(Clone)]
+enum To {
+    /// Lines on the wire, through the writer thread.
+    Wire {
+        tx: mpsc::Sender<Queued>,
+        budget: Arc<Semaphore>,
+    },
+    /// Notifications as values, for another front end.
+    Notes(mpsc::Sender<Note>),
+}
+
+/// A notification handed over as a value (`Outbox::notes`).
+#[derive(Debug)]
+pub struct Note {
+    pub method: String,
+    pub params: Value,
 }
 
 /// A line and its share of `QUEUE_BYTES`, given back once it is written.
@@ -95,18 +114,34 @@ impl Outbox {
             .spawn(writer)
             .expect("spawning the stdout writer thread");
         let budget = Arc::new(Semaphore::new(QUEUE_BYTES));
-        (Outbox { tx, budget }, thread)
+        (
+            Outbox {
+                to: To::Wire { tx, budget },
+            },
+            thread,
+        )
+    }
+
+    /// An outbox whose notifications arrive at the receiver as values, at most
+    /// `capacity` of them waiting (a slow receiver holds the sender back);
+    /// answers are the caller's to deliver.
+    pub fn notes(capacity: usize) -> (Outbox, mpsc::Receiver<Note>) {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        (Outbox { to: To::Notes(tx) }, rx)
     }
 
     async fn send(&self, message: Value) {
+        let To::Wire { tx, budget } = &self.to else {
+            return;
+        };
         // to_vec, not to_string: no fmt::Write detour, no copy per line.
         let mut line = serde_json::to_vec(&message).expect("a JSON value always serialises");
         line.push(b'\n');
         let share = line.len().min(QUEUE_BYTES) as u32;
-        let Ok(permit) = self.budget.clone().acquire_many_owned(share).await else {
+        let Ok(permit) = budget.clone().acquire_many_owned(share).await else {
             return; // never closed
         };
-        let _ = self.tx.send((line, permit)).await;
+        let _ = tx.send((line, permit)).await;
     }
 
     pub async fn respond(&self, id: Value, result: Result<Value, RpcError>) {
@@ -118,6 +153,15 @@ impl Outbox {
     }
 
     pub async fn notify(&self, method: &str, params: Value) {
+        if let To::Notes(tx) = &self.to {
+            let note = Note {
+                method: method.to_string(),
+                params,
+            };
+            // A receiver that is gone wants nothing more.
+            let _ = tx.send(note).await;
+            return;
+        }
         self.send(envelope(("method", method.into()), ("params", params)))
             .await;
     }

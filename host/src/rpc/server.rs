@@ -406,7 +406,7 @@ impl Server {
             }
         };
         let started = std::time::Instant::now();
-        let result = answer(&ctx, &method, params, self.opts.call_timeout, cancelled).await;
+        let result = run_request(&ctx, &method, params, self.opts.call_timeout, cancelled).await;
         let took = started.elapsed();
         match &result {
             Ok(_) => tracing::debug!(took = ?took, outcome = "ok", "answered"),
@@ -473,11 +473,12 @@ impl Server {
     }
 }
 
-/// The one path of every request (`epp-host call` is a client of `run`): the
-/// method under its deadline (`Method::deadline`) until it is done or
-/// `cancelled` resolves; whatever a failed request left behind (the tokens
-/// the provider reported for it) is undone before its answer goes out.
-async fn answer(
+/// The one path of every request (`epp-host call` is a client of `run`, and
+/// `epp-host mcp` serves its tool calls through it): the method under its
+/// deadline (`Method::deadline`) until it is done or `cancelled` resolves;
+/// whatever a failed request left behind (the tokens the provider reported
+/// for it) is undone before its answer goes out.
+pub async fn run_request(
     ctx: &CallCtx,
     method: &str,
     params: Map<String, Value>,
@@ -488,22 +489,34 @@ async fn answer(
         Some(m) => m.deadline(&params, call_timeout),
         None => Some(call_timeout),
     };
+    let work = dispatch::call(ctx, method, params);
+    run_work(ctx, method, deadline, cancelled, work).await
+}
+
+/// `work` (one or more calls for the request of `ctx`) as a request: bounded
+/// by `deadline`, ended by `cancelled`, what it set going undone when it
+/// fails and dropped when it succeeds. `what` names it in a timeout's message.
+pub async fn run_work(
+    ctx: &CallCtx,
+    what: &str,
+    deadline: Option<Duration>,
+    cancelled: impl Future<Output = ()>,
+    work: impl Future<Output = Result<Value, RpcError>>,
+) -> Result<Value, RpcError> {
     *ctx.deadline.lock().expect("lock") = deadline.map(|limit| std::time::Instant::now() + limit);
-    let work = async {
+    let bounded = async {
         match deadline {
-            Some(limit) => tokio::time::timeout(limit, dispatch::call(ctx, method, params))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(RpcError::fault(format!(
-                        "{method} took longer than {}s and was stopped (raise --call-timeout, or pass a timeout)",
-                        limit.as_secs()
-                    )))
-                }),
-            None => dispatch::call(ctx, method, params).await,
+            Some(limit) => tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
+                Err(RpcError::fault(format!(
+                    "{what} took longer than {}s and was stopped (raise --call-timeout, or pass a timeout)",
+                    limit.as_secs()
+                )))
+            }),
+            None => work.await,
         }
     };
     let result = tokio::select! {
-        result = work => result,
+        result = bounded => result,
         () = cancelled => Err(RpcError::cancelled()),
     };
     match result {

@@ -128,6 +128,12 @@ pub async fn serve(
     }
 }
 
+/// Whether `method` takes `stream: true` (it forwards its events or chunks as
+/// notifications).
+pub fn forwards_stream(method: &Method) -> bool {
+    method.stream.is_some_and(forwards)
+}
+
 /// Whether the method takes `stream` (forwarding instead of collecting): one
 /// of its functions answers an event stream with something to collect, or a
 /// reader or writer.
