@@ -6,8 +6,8 @@
 //! `host/tests/layers.rs`): `contract` (what `wit/` says) → `net` (grant,
 //! policy, outbound HTTP and WebSocket) → `runtime` (instances, the one call
 //! layer) → `codec` (JSON ⇄ WIT values) → `rpc` (the wire, requests, streams)
-//! → the application: `cli`, `config`, `call`, `inspect`, `manifest`,
-//! `signing`, `oci`, `log`.
+//! → the application: `cli`, `config`, `call`, `inspect`, `installed`,
+//! `manifest`, `signing`, `oci`, `log`.
 
 pub mod codec;
 pub mod contract;
@@ -19,6 +19,7 @@ pub mod call;
 pub mod cli;
 pub mod config;
 pub mod inspect;
+pub mod installed;
 pub mod log;
 pub mod manifest;
 pub mod oci;

@@ -21,7 +21,15 @@ const LAYERS: &[&[&str]] = &[
     &["codec"],
     &["rpc"],
     &[
-        "call", "cli", "config", "inspect", "log", "manifest", "oci", "signing",
+        "call",
+        "cli",
+        "config",
+        "inspect",
+        "installed",
+        "log",
+        "manifest",
+        "oci",
+        "signing",
     ],
 ];
 
