@@ -1,24 +1,32 @@
-# Sourced by bench/run and bench/profile-epp: starts the testbed on a free
-# loopback port with the given execd stand-in, as scripts/e2e does, and stops
-# it (with every sandbox process) on exit. Sets $url and $key.
-# usage: start_testbed <execd binary>
+# Sourced by the scripts that need a testbed while they run (scripts/e2e,
+# tests/jco/run, tests/install/run, bench/run, bench/profile-epp): starts one on
+# a free loopback port, in a process group of its own, and waits until it is
+# ready; stop_testbed (run on EXIT) stops it with every sandbox process and
+# removes its state. Sets $url, $key and $tb_log (its log, kept until then).
+# usage: start_testbed NAME EXECD [KEY]
+#   NAME   prefixes messages and names the state folder (e2e, jco, ...)
+#   EXECD  the execd stand-in binary
+#   KEY    the API key it requires (default: a random one)
+testbed_script="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/testbed"
+
 start_testbed() {
-	local execd=$1
-	tb_state=$(mktemp -d "${TMPDIR:-/tmp}/epp-bench.XXXXXX")
-	key="bench-key-$RANDOM$RANDOM"
-	setsid tests/testbed/testbed start --port 0 --api-key "$key" --state-dir "$tb_state/testbed" \
-		--execd "$execd" >"$tb_state/testbed.log" 2>&1 &
+	local name=$1 execd=$2
+	key=${3:-$name-key-$RANDOM$RANDOM}
+	tb_state=$(mktemp -d "${TMPDIR:-/tmp}/epp-$name.XXXXXX")
+	tb_log="$tb_state/testbed.log"
+	setsid "$testbed_script" start --port 0 --api-key "$key" --state-dir "$tb_state/testbed" \
+		--execd "$execd" >"$tb_log" 2>&1 &
 	tb_pid=$!
 	trap stop_testbed EXIT
 	url=
 	for _ in $(seq 600); do
-		url=$(grep -o 'ready at http://[0-9.:]*' "$tb_state/testbed.log" | head -1 | cut -d' ' -f3) || true
+		url=$(grep -o 'ready at http://[0-9.:]*' "$tb_log" | head -1 | cut -d' ' -f3) || true
 		[[ -n $url ]] && return 0
 		kill -0 "$tb_pid" 2>/dev/null || break
 		sleep 0.2
 	done
-	cat "$tb_state/testbed.log" >&2
-	echo "bench: the testbed did not start" >&2
+	cat "$tb_log" >&2
+	echo "$name: the testbed did not start" >&2
 	exit 1
 }
 
