@@ -14,12 +14,13 @@ build:
     cargo build -p epp-host -p execd-standin
     scripts/sign-dev
 
-# Everything CI checks: format, lints, unit tests, end-to-end tests, SDK conformance, the release in jco.
+# Everything CI checks: format, lints, unit tests, end-to-end tests, SDK conformance, the release in jco, `just install` from a clean clone.
 test: build lint release
     cargo test -p epp-authority -p opensandbox-settings -p opensandbox-provider -p epp-client -p epp-host -p execd-standin
     scripts/e2e
     tests/testbed/testbed check
     tests/jco/run
+    tests/install/run
 
 # Formatting and clippy, warnings are errors.
 lint:
