@@ -14,18 +14,23 @@ build:
     cargo build -p epp-host -p execd-standin
     scripts/sign-dev
 
-# Everything CI checks: format, lints, unit tests, end-to-end tests, SDK conformance, the release in jco.
+# Everything CI checks: format, lints, unit tests, end-to-end tests, SDK conformance, the release in jco, `just install` from a clean clone.
 test: build lint release
     cargo test -p epp-authority -p opensandbox-settings -p opensandbox-provider -p epp-client -p epp-host -p execd-standin
     scripts/e2e
     tests/testbed/testbed check
     tests/jco/run
+    tests/install/run
 
 # Formatting and clippy, warnings are errors.
 lint:
     cargo fmt --all --check
     cargo clippy -p epp-authority -p opensandbox-settings -p epp-client -p epp-host -p execd-standin -p epp-e2e --all-targets -- -D warnings
     cargo clippy -p opensandbox-provider -p epp-probe-provider -p epp-minibox-provider --target wasm32-wasip2 -- -D warnings
+
+# Install epp-host (a release build, in ~/.cargo/bin or --root DIR/bin) and the signed provider into its data directory (--data-dir DIR or EPP_HOST_DATA_DIR; default $XDG_DATA_HOME/epp-host), so `epp-host run` needs no path.
+install *args:
+    scripts/install {{args}}
 
 # The real opensandbox-server on 127.0.0.1:8080 (foreground; Ctrl-C stops everything).
 testbed *args:

@@ -1,5 +1,6 @@
 //! Command line of `epp-host`.
 
+use anyhow::{Result, anyhow};
 use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -26,16 +27,20 @@ pub enum Command {
         /// The provider component: a .wasm file, or
         /// `oci://REGISTRY/NAME:TAG` / `oci://REGISTRY/NAME@sha256:DIGEST` to
         /// pull it (digests checked, signature verified before compiling,
-        /// cached by digest).
-        wasm: PathBuf,
+        /// cached by digest). Default: the installed provider (`epp-host
+        /// install`; `--provider NAME` when several are).
+        #[arg(value_name = "PROVIDER")]
+        wasm: Option<PathBuf>,
         #[command(flatten)]
         host: HostArgs,
     },
     /// Serve the provider as a Model Context Protocol server: one tool per EPP
     /// method it serves, on stdin/stdout, or over streamable HTTP with `--http`.
     Mcp {
-        /// The provider component: a .wasm file or an `oci://` reference (as `run`).
-        wasm: PathBuf,
+        /// The provider component: a .wasm file or an `oci://` reference;
+        /// default: the installed provider (as `run`).
+        #[arg(value_name = "PROVIDER")]
+        wasm: Option<PathBuf>,
         #[command(flatten)]
         host: HostArgs,
         #[command(flatten)]
@@ -43,13 +48,15 @@ pub enum Command {
     },
     /// Send one request, print the result (and streaming notifications) and exit
     /// non-zero on error.
+    #[command(override_usage = "epp-host call [OPTIONS] [PROVIDER] <METHOD> [PARAMS]")]
     Call {
-        /// The provider component: a .wasm file or an `oci://` reference (as `run`).
-        wasm: PathBuf,
-        /// EPP method, e.g. `sandbox.list`.
-        method: String,
-        /// Params as a JSON object (default `{}`).
-        params: Option<String>,
+        /// `[PROVIDER] METHOD [PARAMS]`: the provider component (a .wasm file
+        /// or an `oci://` reference, as `run`; default: the installed
+        /// provider), the EPP method (e.g. `sandbox.list`) and its params as a
+        /// JSON object (default `{}`). Of two arguments, the second is PARAMS
+        /// when it starts with `{`.
+        #[arg(value_name = "ARGS", num_args = 1..=3, required = true)]
+        args: Vec<OsString>,
         /// A `provider_options` entry for `epp.hello`, sent before the request
         /// (e.g. `--option sandbox_base_url=http://127.0.0.1:8080`); repeatable.
         #[arg(long = "option", value_name = "KEY=VALUE")]
@@ -64,8 +71,12 @@ pub enum Command {
     /// whether a provider.json next to it (or --manifest) matches it. Exits 1
     /// when the component cannot be loaded or the manifest does not match.
     Inspect {
-        /// The provider component: a .wasm file or an `oci://` reference.
-        wasm: PathBuf,
+        /// The provider component: a .wasm file or an `oci://` reference
+        /// (default: the installed provider, as `run`).
+        #[arg(value_name = "PROVIDER")]
+        wasm: Option<PathBuf>,
+        #[command(flatten)]
+        provider: ProviderArgs,
         #[command(flatten)]
         trust: TrustArgs,
         #[command(flatten)]
@@ -99,6 +110,25 @@ pub enum Command {
         /// Where to write the manifest (default: stdout).
         #[arg(long, short = 'o', value_name = "PATH")]
         output: Option<PathBuf>,
+    },
+    /// Install a signed provider into the data directory, so that `run`,
+    /// `call` and `inspect` load it when no PROVIDER is given: the component,
+    /// its provider.json and the public keys that verify it go to
+    /// `DATA/providers/ID/` (ID from provider.json), replacing an earlier
+    /// install of the same provider. Those keys are trusted for that provider
+    /// only, and only when it is loaded as the installed provider. Prints the
+    /// folder.
+    Install {
+        /// The signed provider component (.wasm).
+        wasm: PathBuf,
+        /// A public key that verifies the component (repeatable, at least one).
+        #[arg(long = "public-key", short = 'K', value_name = "PATH", required = true)]
+        public_keys: Vec<PathBuf>,
+        /// The component's manifest (default: provider.json beside it).
+        #[arg(long, value_name = "PATH")]
+        manifest: Option<PathBuf>,
+        #[command(flatten)]
+        data: DataDirArgs,
     },
     /// Create an Ed25519 key pair for signing components.
     Keygen {
@@ -210,9 +240,34 @@ pub struct RegistryArgs {
     pub insecure_registries: Vec<String>,
 }
 
-/// Everything that shapes how a provider runs.
+/// Where installed providers are.
+#[derive(Debug, Args, Clone, Default)]
+pub struct DataDirArgs {
+    /// The data directory, holding installed providers in `providers/NAME/`
+    /// (default `$XDG_DATA_HOME/epp-host`).
+    #[arg(long, value_name = "DIR", env = "EPP_HOST_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+/// Which installed provider is loaded when no PROVIDER is given
+/// (`installed::choose`).
+#[derive(Debug, Args, Clone, Default)]
+pub struct ProviderArgs {
+    /// The installed provider to load when no PROVIDER is given; needed only
+    /// when several are installed.
+    #[arg(long = "provider", value_name = "NAME")]
+    pub name: Option<String>,
+    #[command(flatten)]
+    pub data: DataDirArgs,
+}
+
+/// Everything that shapes how a provider runs. A subcommand taking these and
+/// an optional PROVIDER gets the installed provider from
+/// `installed::for_host`.
 #[derive(Debug, Args, Clone)]
 pub struct HostArgs {
+    #[command(flatten)]
+    pub provider: ProviderArgs,
     #[command(flatten)]
     pub trust: TrustArgs,
     #[command(flatten)]
@@ -299,6 +354,11 @@ impl HostArgs {
     pub fn to_args(&self) -> Vec<OsString> {
         // Taken apart whole, so a new flag cannot be forgotten here.
         let HostArgs {
+            provider:
+                ProviderArgs {
+                    name,
+                    data: DataDirArgs { data_dir },
+                },
             trust:
                 TrustArgs {
                     trusted_keys,
@@ -326,6 +386,12 @@ impl HostArgs {
             args.push(name.into());
             args.push(value);
         };
+        if let Some(name) = name {
+            flag("--provider", name.into());
+        }
+        if let Some(dir) = data_dir {
+            flag("--data-dir", dir.into());
+        }
         for key in trusted_keys {
             flag("--trusted-key", key.into());
         }
@@ -362,6 +428,45 @@ impl HostArgs {
     }
 }
 
+/// `call`'s positional arguments, `[PROVIDER] METHOD [PARAMS]`, told apart.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CallArgs {
+    /// The provider named, if one is.
+    pub wasm: Option<PathBuf>,
+    pub method: String,
+    /// The params as given (JSON text).
+    pub params: Option<String>,
+}
+
+impl CallArgs {
+    /// Params are a JSON object, so they start with `{`: of two arguments the
+    /// second is PARAMS when it does, else the two are PROVIDER and METHOD.
+    pub fn parse(args: Vec<OsString>) -> Result<CallArgs> {
+        fn text(what: &str, arg: OsString) -> Result<String> {
+            arg.into_string()
+                .map_err(|arg| anyhow!("{what} {arg:?} is not UTF-8"))
+        }
+        let is_params = |arg: &OsString| {
+            arg.to_str()
+                .is_some_and(|a| a.trim_start().starts_with('{'))
+        };
+        let mut args = args.into_iter();
+        let (wasm, method, params) = match (args.next(), args.next(), args.next()) {
+            (Some(method), None, None) => (None, method, None),
+            (Some(method), Some(params), None) if is_params(&params) => {
+                (None, method, Some(params))
+            }
+            (Some(wasm), Some(method), params) => (Some(wasm), method, params),
+            _ => return Err(anyhow!("call takes [PROVIDER] METHOD [PARAMS]")),
+        };
+        Ok(CallArgs {
+            wasm: wasm.map(PathBuf::from),
+            method: text("METHOD", method)?,
+            params: params.map(|p| text("PARAMS", p)).transpose()?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -382,6 +487,10 @@ mod tests {
         for args in [
             &[][..],
             &[
+                "--provider",
+                "opensandbox",
+                "--data-dir",
+                "/d",
                 "--trusted-key",
                 "a.pub",
                 "--trusted-key",
@@ -428,5 +537,69 @@ mod tests {
             };
             assert_eq!(format!("{again:?}"), format!("{host:?}"), "{args:?}");
         }
+    }
+
+    #[test]
+    fn run_and_inspect_need_no_provider() {
+        for argv in [
+            &["run"][..],
+            &["run", "--provider", "opensandbox"],
+            &["inspect"],
+        ] {
+            let cli = Cli::try_parse_from(["epp-host"].iter().chain(argv))
+                .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+            match cli.command {
+                Command::Run { wasm, .. } | Command::Inspect { wasm, .. } => {
+                    assert_eq!(wasm, None, "{argv:?}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    fn call_args(args: &[&str]) -> Result<CallArgs> {
+        let argv = ["epp-host", "call"].iter().chain(args).copied();
+        match Cli::try_parse_from(argv)?.command {
+            Command::Call { args, .. } => CallArgs::parse(args),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn call_tells_provider_method_and_params_apart() {
+        let expect = |wasm: Option<&str>, method: &str, params: Option<&str>| CallArgs {
+            wasm: wasm.map(PathBuf::from),
+            method: method.into(),
+            params: params.map(Into::into),
+        };
+        let params = r#" {"sandbox_id": "s"}"#;
+        for (args, want) in [
+            (&["sandbox.list"][..], expect(None, "sandbox.list", None)),
+            (
+                &["sandbox.get_info", params],
+                expect(None, "sandbox.get_info", Some(params)),
+            ),
+            (
+                &["p.wasm", "sandbox.list"],
+                expect(Some("p.wasm"), "sandbox.list", None),
+            ),
+            (
+                &["oci://r.test/p:1", "sandbox.get_info", "{}"],
+                expect(Some("oci://r.test/p:1"), "sandbox.get_info", Some("{}")),
+            ),
+        ] {
+            assert_eq!(call_args(args).expect("parses"), want, "{args:?}");
+        }
+        for args in [&[][..], &["p.wasm", "m", "{}", "more"]] {
+            assert!(call_args(args).is_err(), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn call_says_which_argument_is_not_text() {
+        use std::os::unix::ffi::OsStringExt;
+        let bad = OsString::from_vec(vec![b'm', 0xff]);
+        let err = CallArgs::parse(vec!["p.wasm".into(), bad]).unwrap_err();
+        assert!(err.to_string().starts_with("METHOD "), "{err}");
     }
 }

@@ -7,7 +7,8 @@
 //! policy, outbound HTTP and WebSocket) → `runtime` (instances, the one call
 //! layer) → `codec` (JSON ⇄ WIT values) → `rpc` (the wire, requests, streams)
 //! → `mcp` (the same requests as MCP tools) → the application: `cli`,
-//! `config`, `call`, `inspect`, `manifest`, `signing`, `oci`, `log`.
+//! `config`, `call`, `inspect`, `installed`, `manifest`, `signing`, `oci`,
+//! `log`.
 
 pub mod codec;
 pub mod contract;
@@ -20,6 +21,7 @@ pub mod call;
 pub mod cli;
 pub mod config;
 pub mod inspect;
+pub mod installed;
 pub mod log;
 pub mod manifest;
 pub mod oci;

@@ -9,7 +9,7 @@ use epp_host::oci::reference::OciRef;
 use epp_host::rpc::outbox::Outbox;
 use epp_host::rpc::server::Server;
 use epp_host::runtime::{self, Runtime};
-use epp_host::{call, config, inspect, manifest, oci, signing};
+use epp_host::{call, config, inspect, installed, manifest, oci, signing};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -45,20 +45,30 @@ fn main() -> ExitCode {
         Command::Verify { wasm, trust } => verify(&wasm, &trust),
         Command::Inspect {
             wasm,
-            trust,
+            provider,
+            mut trust,
             registry,
             cache_dir,
             allow_hosts,
             manifest,
             json,
-        } => {
+        } => installed::choose(wasm, &provider).and_then(|chosen| {
             let source = inspect::Source {
-                path: wasm,
+                path: chosen.trusted_by(&mut trust),
                 registry,
                 cache_dir,
             };
             async_main(inspect::run(source, trust, allow_hosts, manifest, json))
-        }
+        }),
+        Command::Install {
+            wasm,
+            public_keys,
+            manifest,
+            data,
+        } => installed::install(&wasm, &public_keys, manifest.as_deref(), &data).map(|dir| {
+            println!("installed {} into {}", wasm.display(), dir.display());
+            ExitCode::SUCCESS
+        }),
         Command::Manifest {
             wasm,
             public_keys,
@@ -68,11 +78,13 @@ fn main() -> ExitCode {
             // Before any thread starts: registry credentials leave the
             // environment the component's is made from.
             let env = EnvSnapshot::take();
-            async_main(run(wasm, host, env))
+            installed::for_host(wasm, host)
+                .and_then(|(wasm, host)| async_main(run(wasm, host, env)))
         }
         Command::Mcp { wasm, host, mcp } => {
             let env = EnvSnapshot::take();
-            async_main(serve_mcp(wasm, host, mcp, env))
+            installed::for_host(wasm, host)
+                .and_then(|(wasm, host)| async_main(serve_mcp(wasm, host, mcp, env)))
         }
         Command::Push {
             wasm,
@@ -114,15 +126,15 @@ fn main() -> ExitCode {
                 .map(|()| ExitCode::SUCCESS)
         }),
         Command::Call {
-            wasm,
-            method,
-            params,
+            args,
             options,
             host,
-        } => call::params(params.as_deref()).and_then(|params| {
+        } => cli::CallArgs::parse(args).and_then(|args| {
+            let params = call::params(args.params.as_deref())?;
             let options = call::provider_options(&options)?;
+            let (wasm, host) = installed::for_host(args.wasm, host)?;
             let exe = std::env::current_exe().context("finding this epp-host binary")?;
-            call::call(&exe, &wasm, &method, params, options, &host)
+            call::call(&exe, &wasm, &args.method, params, options, &host)
         }),
     };
     match result {

@@ -22,7 +22,15 @@ const LAYERS: &[&[&str]] = &[
     &["rpc"],
     &["mcp"],
     &[
-        "call", "cli", "config", "inspect", "log", "manifest", "oci", "signing",
+        "call",
+        "cli",
+        "config",
+        "inspect",
+        "installed",
+        "log",
+        "manifest",
+        "oci",
+        "signing",
     ],
 ];
 
