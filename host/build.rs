@@ -1546,10 +1546,16 @@ impl Schemas<'_> {
             Some(TypeDefKind::Option(inner)) => (true, dealias(self.resolve, *inner)),
             _ => (false, dealias(self.resolve, ty)),
         };
+        if option && self.dir == Dir::In {
+            // An optional param is left out for none: its schema needs no
+            // null (the codec still takes one).
+            return self.field(wit, inner);
+        }
         let unit = match self.dir {
             _ if !is_integer(self.resolve, inner) => return self.of(ty),
+            // Past the codec's bound of 1e9 s the call is refused by name.
             Dir::In if names::seconds(wit).is_some() => {
-                json!({"type": "number", "exclusiveMinimum": 0, "maximum": 1_000_000_000})
+                json!({"type": "number", "exclusiveMinimum": 0})
             }
             Dir::Out if names::seconds(wit).is_some() => json!({"type": "number"}),
             Dir::In if inner == Type::U32 && names::is_mode(wit) => {
@@ -1674,14 +1680,16 @@ impl Schemas<'_> {
     }
 }
 
-/// An object schema of `properties`; params take no others.
+/// An object schema of `properties`; params take no others. An answer's
+/// schema does not list what is `required` (its fields are always there, or
+/// `null` as an `option`): those lists would be a sixth of `tools/list`.
 fn object(properties: Map<String, Value>, required: Vec<Value>, dir: Dir) -> Value {
     let mut schema = Map::new();
     schema.insert("type".into(), "object".into());
     if !properties.is_empty() {
         schema.insert("properties".into(), Value::Object(properties));
     }
-    if !required.is_empty() {
+    if !required.is_empty() && dir == Dir::In {
         schema.insert("required".into(), Value::Array(required));
     }
     if dir == Dir::In {
@@ -2189,6 +2197,11 @@ fn tool(
         properties.insert(p.wire, schema);
     }
     let mut input = object(properties, required, Dir::In);
+    // The server refuses an unknown argument naming it and the ones it
+    // takes; saying so in every schema would be 1.1 KB of `tools/list`.
+    if let Some(top) = input.as_object_mut() {
+        top.remove("additionalProperties");
+    }
     if !alternatives.is_empty() {
         let sets: Vec<Value> = alternatives
             .into_iter()
@@ -2317,11 +2330,14 @@ fn render_tools(
         let t = tool(cx, m, &shared, &renames, &mut used)
             .map_err(|e| format!("wit/infra.wit, function `{}`: {e}", m.function))?;
         let (read_only, destructive, idempotent) = t.effect.hints();
+        let feeds = methods
+            .iter()
+            .any(|o| o.fed.iter().any(|(_, f)| *f == m.wire));
         let _ = writeln!(
             code,
             "    Tool {{ name: {:?}, method: {:?}, title: {:?}, description: {:?}, \
              input_schema: {:?}, output_schema: {:?}, read_only: {read_only}, \
-             destructive: {destructive}, idempotent: {idempotent} }},",
+             destructive: {destructive}, idempotent: {idempotent}, feeds: {feeds} }},",
             t.name, t.method, t.title, t.description, t.input, t.output
         );
     }

@@ -30,6 +30,18 @@ pub struct Catalog {
 impl Catalog {
     /// The tools `runtime`'s provider serves, narrowed by `only` (names) and `read_only`.
     pub fn new(runtime: &Runtime, only: Option<&[String]>, read_only: bool) -> Result<Catalog> {
+        let serves = |method: &Method| {
+            runtime.supports(method.capability) && runtime::serves(method, &|f| runtime.exports(f))
+        };
+        Catalog::of(&serves, only, read_only)
+    }
+
+    /// The tools of the methods `serves` says yes to, narrowed as [`Catalog::new`].
+    pub fn of(
+        serves: &dyn Fn(&Method) -> bool,
+        only: Option<&[String]>,
+        read_only: bool,
+    ) -> Result<Catalog> {
         if let Some(names) = only {
             for name in names {
                 if !TOOLS.iter().any(|t| t.name == name) {
@@ -46,11 +58,9 @@ impl Catalog {
             let Some(method) = table::find(tool.method) else {
                 continue;
             };
-            let served = runtime.supports(method.capability)
-                && runtime::serves(method, &|f| runtime.exports(f))
-                && !detaches(method.capability);
+            let usable = !tool.feeds && !detaches(method.capability);
             let chosen = only.is_none_or(|names| names.iter().any(|n| n == tool.name));
-            if served && chosen && (!read_only || tool.read_only) {
+            if usable && chosen && (!read_only || tool.read_only) && serves(method) {
                 listed.push(Listed {
                     tool,
                     method,
@@ -91,12 +101,8 @@ fn schema(tool: &Tool, which: &str, text: &str) -> Result<Arc<JsonObject>> {
 }
 
 fn mcp_tool(tool: &Tool) -> Result<rmcp::model::Tool> {
-    let annotations = ToolAnnotations::with_title(tool.title)
-        .read_only(tool.read_only)
-        .destructive(tool.destructive)
-        .idempotent(tool.idempotent)
-        // Every tool acts on a sandbox backend outside this process.
-        .open_world(true);
+    let annotations: ToolAnnotations =
+        serde_json::from_value(serde_json::Value::Object(tool.annotations()))?;
     Ok(rmcp::model::Tool::new(
         tool.name,
         tool.description,
@@ -105,4 +111,86 @@ fn mcp_tool(tool: &Tool) -> Result<rmcp::model::Tool> {
     .with_title(tool.title)
     .with_raw_output_schema(schema(tool, "output", tool.output_schema)?)
     .with_annotations(annotations))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bound on `tools/list` per tool, on average (compact JSON): the
+    /// 26 KiB asked of the whole list over the 40 tools of a provider with
+    /// every capability but terminals (e2e `mcp` measures a real provider's).
+    const PER_TOOL: usize = 26 * 1024 / 40;
+
+    fn everything() -> Catalog {
+        Catalog::of(&|_| true, None, false).expect("catalog")
+    }
+
+    fn answer(catalog: &Catalog) -> String {
+        let tools: Vec<_> = catalog.listed.iter().map(|l| l.mcp.clone()).collect();
+        serde_json::to_string(&rmcp::model::ListToolsResult::with_all_items(tools)).expect("json")
+    }
+
+    #[test]
+    fn tools_list_fits_its_bound() {
+        let catalog = everything();
+        let text = answer(&catalog);
+        let n = catalog.listed.len();
+        println!(
+            "tools/list of every method: {n} tools, {} bytes",
+            text.len()
+        );
+        assert!(
+            text.len() <= n * PER_TOOL,
+            "{} > {n} × {PER_TOOL}",
+            text.len()
+        );
+    }
+
+    #[test]
+    fn tools_that_cannot_work_over_mcp_are_not_listed() {
+        let catalog = everything();
+        for tool in TOOLS {
+            let method = table::find(tool.method).expect("method");
+            let listed = catalog.get(tool.name).is_some();
+            assert_eq!(
+                listed,
+                !tool.feeds && !detaches(method.capability),
+                "{}",
+                tool.name
+            );
+        }
+        assert!(catalog.listed.iter().all(|l| !l.tool.feeds));
+    }
+
+    #[test]
+    fn read_only_and_an_allow_list_narrow_the_list() {
+        let names = vec![TOOLS[0].name.to_string()];
+        let one = Catalog::of(&|_| true, Some(&names), false).expect("catalog");
+        assert_eq!(one.listed.len(), 1);
+        let looking = Catalog::of(&|_| true, None, true).expect("catalog");
+        assert!(!looking.listed.is_empty());
+        assert!(looking.listed.iter().all(|l| l.tool.read_only));
+        let wrong = Catalog::of(&|_| true, Some(&["nope".to_string()]), false);
+        assert!(
+            wrong
+                .err()
+                .expect("refused")
+                .to_string()
+                .contains("no such tool")
+        );
+    }
+
+    #[test]
+    fn annotations_carry_the_contract_hints_and_no_second_title() {
+        let catalog = everything();
+        for l in &catalog.listed {
+            let a = l.mcp.annotations.as_ref().expect("annotations");
+            assert_eq!(a.title, None, "{}", l.tool.name);
+            assert_eq!(a.read_only_hint, l.tool.read_only.then_some(true));
+            if !l.tool.read_only {
+                assert_eq!(a.destructive_hint, Some(l.tool.destructive));
+            }
+        }
+    }
 }
