@@ -81,6 +81,10 @@ struct Method {
 #[derive(Default)]
 struct Stream {
     id: Option<String>,
+    /// `resume=METHOD`: a call may be answered before its stream ends while
+    /// the host reads on (an MCP server's wait); a METHOD call with the
+    /// stream's id picks it up.
+    resume: Option<String>,
     forward: Option<String>,
     note: Option<String>,
     input: Option<String>,
@@ -464,9 +468,10 @@ fn render_stream(stream: Option<&Stream>) -> String {
         })
         .collect();
     format!(
-        "Some(&StreamTags {{ id: {:?}, forward: {:?}, note: {:?}, input: {:?}, detach: {}, \
-         callees: &[{}] }})",
+        "Some(&StreamTags {{ id: {:?}, resume: {:?}, forward: {:?}, note: {:?}, input: {:?}, \
+         detach: {}, callees: &[{}] }})",
         s.id,
+        s.resume,
         s.forward,
         s.note,
         s.input,
@@ -534,8 +539,8 @@ fn tags(line: &str) -> Result<Vec<String>, String> {
 
 const METHOD_TAGS: &str = "capability=NAME, result=KEY, default.FIELD=JSON, alias.WIRE=FIELD, \
      range.FIELD=MIN..MAX, extends=FIELD, wait[=FIELD], stream, id=KEY, forward=CAPABILITY, \
-     note=NAME, input=NAME, detach, when.PARAM=FUNCTION, fed.PARAM=METHOD, prefer=FUNCTION or \
-     title=TEXT";
+     resume=METHOD, note=NAME, input=NAME, detach, when.PARAM=FUNCTION, fed.PARAM=METHOD, \
+     prefer=FUNCTION or title=TEXT";
 
 fn method(cx: &Ctx, func: &Function, line: &str) -> Result<Method, String> {
     let params = params(cx.resolve, func);
@@ -607,6 +612,7 @@ fn method(cx: &Ctx, func: &Function, line: &str) -> Result<Method, String> {
             }
             "result" => m.result = Some(value.to_string()),
             "id" => stream.id = Some(value.to_string()),
+            "resume" => stream.resume = Some(value.to_string()),
             "note" => stream.note = Some(value.to_string()),
             "input" => stream.input = Some(value.to_string()),
             "forward" => {
@@ -686,6 +692,7 @@ fn method(cx: &Ctx, func: &Function, line: &str) -> Result<Method, String> {
     let result = check_result(cx, func)?;
     let answers_stream = handle(cx.resolve, result.unwrap_or(Type::Bool)).is_some();
     let has_stream_tags = stream.id.is_some()
+        || stream.resume.is_some()
         || stream.forward.is_some()
         || stream.note.is_some()
         || stream.input.is_some()
@@ -703,7 +710,7 @@ fn method(cx: &Ctx, func: &Function, line: &str) -> Result<Method, String> {
         }
         if has_stream_tags {
             return Err(
-                "it has stream tags (id, forward, note, input, detach, when., fed., prefer) but \
+                "it has stream tags (id, resume, forward, note, input, detach, when., fed., prefer) but \
                  no `stream` tag"
                     .into(),
             );
@@ -2217,7 +2224,12 @@ fn tool(
             let first = answers
                 .next()
                 .ok_or("it has no function a tool can call")??;
-            answers.try_fold(first, |all, next| all.merge(next?))?
+            let mut all = answers.try_fold(first, |all, next| all.merge(next?))?;
+            if s.resume.is_some() {
+                // Answered before the end (docs/mcp.md, Long work): still going.
+                all.push("running", json!({"type": "boolean"}), false);
+            }
+            all
         }
     };
 
@@ -2231,6 +2243,27 @@ fn tool(
         output: output.schema().to_string(),
         effect,
     })
+}
+
+/// `resume=METHOD` of `m`: its stream has an id, and METHOD is a stream
+/// method that takes that id.
+fn check_resume(m: &Method, resume: &str, methods: &[Method]) -> Result<(), String> {
+    let id = m
+        .stream
+        .as_ref()
+        .and_then(|s| s.id.as_ref())
+        .ok_or("its stream has no id=KEY to resume it by")?;
+    let other = methods
+        .iter()
+        .find(|o| o.wire == resume)
+        .ok_or_else(|| format!("no method is called `{resume}`"))?;
+    if !other.params.contains(id) {
+        return Err(format!("`{resume}` takes no `{id}`"));
+    }
+    if other.stream.is_none() {
+        return Err(format!("`{resume}` is not a stream method"));
+    }
+    Ok(())
 }
 
 /// The names of a function's params, WIT and wire (those a tool leaves out
@@ -2326,6 +2359,14 @@ fn render_tools(
                 "wit/infra.wit, function `{}`: fed.{param}={fed}: no method is called `{fed}`",
                 m.function
             ));
+        }
+        if let Some(resume) = m.stream.as_ref().and_then(|s| s.resume.as_ref()) {
+            check_resume(m, resume, methods).map_err(|e| {
+                format!(
+                    "wit/infra.wit, function `{}`: resume={resume}: {e}",
+                    m.function
+                )
+            })?;
         }
         let t = tool(cx, m, &shared, &renames, &mut used)
             .map_err(|e| format!("wit/infra.wit, function `{}`: {e}", m.function))?;

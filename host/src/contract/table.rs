@@ -50,6 +50,10 @@ pub enum Wait {
 pub struct StreamTags {
     /// The wire name of the stream's id.
     pub id: Option<&'static str>,
+    /// `resume=METHOD`: a call may be answered before its stream ends while
+    /// the host reads on (an MCP server's wait); a METHOD call with the
+    /// stream's id picks it up.
+    pub resume: Option<&'static str>,
     /// The capability that forwarding (`stream: true`) needs besides the method's.
     pub forward: Option<&'static str>,
     /// The notification of a reader's chunks or of a stream of records.
@@ -141,6 +145,22 @@ pub fn item_list(name: &str) -> Option<&'static str> {
             Role::Item(key) => Some(key),
             _ => None,
         })
+}
+
+/// The key of the stream id notification `name` carries (an `id` case's), if any.
+pub fn carries_id(name: &str) -> Option<&'static str> {
+    METHODS.iter().filter_map(|m| m.stream).find_map(|s| {
+        let is_id = s.callees.iter().any(|c| match c.answer {
+            Answer::Events {
+                items: Items::Cases(cases),
+                ..
+            } => cases
+                .iter()
+                .any(|c| c.role == Role::Id && c.note == Some(name)),
+            _ => false,
+        });
+        is_id.then_some(s.id).flatten()
+    })
 }
 
 /// Whether notification `name` carries bytes (`data`, base64).

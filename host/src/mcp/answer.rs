@@ -6,11 +6,13 @@
 //! `Forwarded` keeps what a streamed call sent as notifications, for its
 //! progress and its result.
 
-use crate::contract::table::{carries_text, item_list};
+use crate::contract::table::{carries_id, carries_text, item_list};
+use crate::contract::tools;
 use crate::rpc::errors::RpcError;
 use crate::rpc::outbox::Note;
 use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::{Map, Value, json};
+use std::time::Duration;
 
 /// Characters of a string shown in the summary.
 const SHOWN: usize = 400;
@@ -22,6 +24,8 @@ const FIELDS: usize = 8;
 pub struct Forwarded {
     texts: Vec<(String, String)>,
     items: Vec<(&'static str, Vec<Value>)>,
+    /// The stream's id, under its key, once a notification carried it.
+    id: Option<(&'static str, Value)>,
     room: usize,
     truncated: bool,
     /// Bytes of output so far: the `progress` of its notifications.
@@ -33,6 +37,7 @@ impl Forwarded {
         Forwarded {
             texts: Vec::new(),
             items: Vec::new(),
+            id: None,
             room,
             truncated: false,
             bytes: 0,
@@ -46,6 +51,10 @@ impl Forwarded {
             return None;
         };
         params.remove("request_id");
+        if let Some(key) = carries_id(&note.method) {
+            self.id = params.remove(key).map(|id| (key, id));
+            return None;
+        }
         if carries_text(&note.method) {
             let stream = params.get("stream").and_then(Value::as_str)?.to_string();
             let data = params.get("data").and_then(Value::as_str)?.to_string();
@@ -73,6 +82,11 @@ impl Forwarded {
         None
     }
 
+    /// The stream's id, once known.
+    pub fn id(&self) -> Option<&Value> {
+        self.id.as_ref().map(|(_, id)| id)
+    }
+
     /// How much of `n` bytes fits; marks the cut.
     fn keep(&mut self, n: usize) -> usize {
         let kept = n.min(self.room);
@@ -84,19 +98,51 @@ impl Forwarded {
     }
 
     /// Puts what was forwarded into the answer, as a collected answer has it.
-    pub fn into_answer(self, answer: &mut Value) {
+    pub fn fill(&self, answer: &mut Value) {
         let Value::Object(map) = answer else {
             return;
         };
-        for (stream, text) in self.texts {
-            map.entry(stream).or_insert(Value::String(text));
+        if let Some((key, id)) = &self.id {
+            map.entry(*key).or_insert_with(|| id.clone());
         }
-        for (key, list) in self.items {
-            map.entry(key).or_insert(Value::Array(list));
+        for (stream, text) in &self.texts {
+            map.entry(stream.clone())
+                .or_insert_with(|| Value::String(text.clone()));
+        }
+        for (key, list) in &self.items {
+            map.entry(*key)
+                .or_insert_with(|| Value::Array(list.clone()));
         }
         if self.truncated {
             map.insert("truncated".into(), Value::Bool(true));
         }
+    }
+
+    /// The answer of a call still going: its id, the output so far and
+    /// `running: true`.
+    pub fn running(&self) -> Value {
+        let mut answer = Value::Object(Map::new());
+        self.fill(&mut answer);
+        answer["running"] = Value::Bool(true);
+        answer
+    }
+
+    /// The text of each stream past `seen` (bytes already seen, per stream;
+    /// brought up to date), joined.
+    pub fn text_since(&self, seen: &mut Vec<(String, usize)>) -> String {
+        let mut news = String::new();
+        for (stream, text) in &self.texts {
+            let at = match seen.iter_mut().find(|(s, _)| s == stream) {
+                Some((_, at)) => at,
+                None => {
+                    seen.push((stream.clone(), 0));
+                    &mut seen.last_mut().expect("pushed").1
+                }
+            };
+            news.push_str(&text[(*at).min(text.len())..]);
+            *at = text.len();
+        }
+        news
     }
 }
 
@@ -114,6 +160,36 @@ pub fn success(answer: Value) -> CallToolResult {
     let mut content = vec![ContentBlock::text(summary(&answer))];
     images(&answer, &mut content);
     let mut result = CallToolResult::success(content);
+    result.structured_content = Some(answer);
+    result
+}
+
+/// A call still going at the wait: what it has so far (`running: true`),
+/// and the call that follows it on (the tool of `resume`, with the
+/// arguments of it that `asked` and the answer give: the stream's id).
+pub fn running(
+    answer: Value,
+    wait: Duration,
+    resume: &str,
+    asked: &Map<String, Value>,
+) -> CallToolResult {
+    let tool = tools::TOOLS.iter().find(|t| t.method == resume);
+    let method = crate::contract::table::find(resume);
+    let mut args = Map::new();
+    for param in method.map(|m| m.params).unwrap_or_default() {
+        if let Some(v) = answer.get(*param).or_else(|| asked.get(*param)) {
+            args.insert(param.to_string(), v.clone());
+        }
+    }
+    let text = format!(
+        "still running after {} s; the output so far is below. Call `{}` {} to wait for \
+         more and its end.\n{}",
+        wait.as_secs(),
+        tool.map_or(resume, |t| t.name),
+        Value::Object(args),
+        summary(&answer)
+    );
+    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
     result.structured_content = Some(answer);
     result
 }

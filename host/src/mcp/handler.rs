@@ -7,21 +7,29 @@
 use super::McpOptions;
 use super::answer::{self, Forwarded};
 use super::catalog::Catalog;
+use super::parked::{Lot, Parked, Seen};
 use crate::codec::Codec;
+use crate::contract::table::{Method, Via};
 use crate::contract::tools::INSTRUCTIONS;
 use crate::rpc::context::CallCtx;
-use crate::rpc::outbox::Outbox;
+use crate::rpc::errors::RpcError;
+use crate::rpc::outbox::{Note, Outbox};
 use crate::rpc::server::run_request;
 use crate::runtime::Runtime;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ServerCapabilities,
+    ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
-use serde_json::Value;
+use serde_json::{Map, Value};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 /// Notifications of one call waiting for the progress pump at most.
@@ -39,6 +47,8 @@ pub struct Handler {
     background: Arc<Mutex<tokio::task::JoinSet<()>>>,
     /// Ids of the EPP requests calls run as (for logs and notifications).
     calls: Arc<AtomicU64>,
+    /// Calls that outlived `--mcp-wait`, read on in the background.
+    lot: Arc<Lot>,
 }
 
 impl Handler {
@@ -55,6 +65,7 @@ impl Handler {
             opts: Arc::new(opts),
             background: Arc::new(Mutex::new(tokio::task::JoinSet::new())),
             calls: Arc::new(AtomicU64::new(0)),
+            lot: Arc::new(Lot::default()),
         })
     }
 
@@ -97,7 +108,7 @@ impl Handler {
         let mut params = answer::params(request.arguments);
         if params.contains_key(STREAM) {
             // Streaming is the client's progress token, not a param.
-            let e = crate::rpc::errors::RpcError::invalid_params(
+            let e = RpcError::invalid_params(
                 listed.method.name,
                 "unknown field `stream`: this server streams output as notifications/progress \
                  when the call carries a progress token",
@@ -105,7 +116,14 @@ impl Handler {
             return Ok(answer::failure(&e).into());
         }
         let progress = context.meta.get_progress_token();
-        let forward = progress.is_some() && forwards(listed.method);
+        if let Some(parked) = self.lot.picks_up(listed.method, &params) {
+            return Ok(self
+                .follow(listed.method, parked, progress, &context)
+                .await
+                .into());
+        }
+        let resume = resumable(listed.method, &params);
+        let forward = resume.is_some() || (progress.is_some() && forwards(listed.method));
         if forward {
             params.insert(STREAM.into(), Value::Bool(true));
         }
@@ -120,15 +138,17 @@ impl Handler {
             self.background.clone(),
         );
         let span = tracing::info_span!("tool", call = n, tool = %listed.tool.name);
-        let cancelled = context.ct.cancelled();
-        let work = run_request(
-            &ctx,
-            listed.method.name,
-            params,
-            self.opts.serve.call_timeout,
-            cancelled,
-        )
+        // The call's own token: a parked call outlives the request's.
+        let stop = CancellationToken::new();
+        let method = listed.method.name;
+        let timeout = self.opts.serve.call_timeout;
+        let asked = params.clone();
+        let work = {
+            let stop = stop.clone();
+            async move { run_request(&ctx, method, params, timeout, stop.cancelled_owned()).await }
+        }
         .instrument(span);
+        let mut work = Box::pin(work);
         let mut forwarded = Forwarded::new(self.opts.serve.max_output_bytes);
         let progress_of = |forwarded: &mut Forwarded, note| {
             let message = forwarded.take(note)?;
@@ -137,20 +157,35 @@ impl Handler {
                     .with_message(message),
             )
         };
-        let result = {
-            tokio::pin!(work);
-            loop {
-                tokio::select! {
-                    // Notes first: each goes out before the answer it precedes.
-                    biased;
-                    Some(note) = notes.recv() => {
-                        if let Some(param) = progress_of(&mut forwarded, note) {
-                            notify(&context, param).await;
-                        }
+        let mut wait = Box::pin(tokio::time::sleep(self.opts.wait));
+        let mut waiting = resume.is_some();
+        let mut overdue = false;
+        let result = loop {
+            tokio::select! {
+                // Notes first: each goes out before the answer it precedes.
+                biased;
+                Some(note) = notes.recv() => {
+                    if let Some(param) = progress_of(&mut forwarded, note) {
+                        notify(&context, param).await;
                     }
-                    result = &mut work => break result,
+                    if overdue && forwarded.id().is_some() && self.lot.has_room() {
+                        break None;
+                    }
+                }
+                result = &mut work => break Some(result),
+                () = context.ct.cancelled(), if !stop.is_cancelled() => stop.cancel(),
+                () = &mut wait, if waiting => {
+                    waiting = false;
+                    overdue = true;
+                    if forwarded.id().is_some() && self.lot.has_room() {
+                        break None;
+                    }
                 }
             }
+        };
+        let Some(result) = result else {
+            let (resume, _) = resume.expect("only a resumable call waits");
+            return Ok(self.park(resume, asked, forwarded, notes, work).into());
         };
         // What the call sent before it answered is in the channel already.
         while let Ok(note) = notes.try_recv() {
@@ -161,13 +196,110 @@ impl Handler {
         Ok(match result {
             Ok(mut value) => {
                 if forward {
-                    forwarded.into_answer(&mut value);
+                    forwarded.fill(&mut value);
                 }
                 answer::success(value)
             }
             Err(e) => answer::failure(&e),
         }
         .into())
+    }
+
+    /// Answers a call that outlived the wait with what it has so far, and
+    /// reads the rest of it into the lot, where its `resume` method finds it.
+    fn park(
+        &self,
+        resume: &'static str,
+        asked: Map<String, Value>,
+        forwarded: Forwarded,
+        mut notes: mpsc::Receiver<Note>,
+        mut work: Pin<Box<dyn Future<Output = Result<Value, RpcError>> + Send>>,
+    ) -> CallToolResult {
+        let id = match forwarded.id() {
+            Some(Value::String(id)) => id.clone(),
+            Some(other) => other.to_string(),
+            None => unreachable!("parked only with its id"),
+        };
+        let running = answer::running(forwarded.running(), self.opts.wait, resume, &asked);
+        let parked = Parked::new(resume, id.clone(), asked, forwarded);
+        self.lot.park(parked.clone());
+        tracing::info!(%id, "the call outlived --mcp-wait: answered, and read on in the background");
+        self.background.lock().expect("lock").spawn(async move {
+            let result = loop {
+                tokio::select! {
+                    biased;
+                    Some(note) = notes.recv() => parked.take(note),
+                    result = &mut work => break result,
+                }
+            };
+            while let Ok(note) = notes.try_recv() {
+                parked.take(note);
+            }
+            parked.end(result);
+        });
+        running
+    }
+
+    /// Serves a call that picks up a parked one: waits at most `--mcp-wait`
+    /// for its end, forwarding new output as progress, and answers it (the
+    /// end, once) or what it has so far.
+    async fn follow(
+        &self,
+        method: &'static Method,
+        parked: Arc<Parked>,
+        progress: Option<ProgressToken>,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let mut seen = Vec::new();
+        parked.news(&mut seen);
+        let mut changes = parked.watch();
+        let wait = tokio::time::sleep(self.opts.wait);
+        tokio::pin!(wait);
+        loop {
+            if parked.ended() {
+                break;
+            }
+            tokio::select! {
+                biased;
+                () = context.ct.cancelled() => return answer::failure(&RpcError::cancelled()),
+                _ = changes.changed() => {
+                    let (text, bytes) = parked.news(&mut seen);
+                    if let (Some(token), false) = (&progress, text.is_empty()) {
+                        let param = ProgressNotificationParam::new(token.clone(), bytes as f64)
+                            .with_message(text);
+                        notify(context, param).await;
+                    }
+                }
+                () = &mut wait => break,
+            }
+        }
+        match parked.seen() {
+            Seen::Running(value) => {
+                answer::running(value, self.opts.wait, method.name, parked.asked())
+            }
+            Seen::Ended(result) => {
+                self.lot.remove(&parked);
+                result
+            }
+        }
+    }
+}
+
+/// The method that picks up a call of `method` that outlived the wait, and
+/// the key of the id it goes by: `resume=` and `id=` of its stream, unless a
+/// `when.` flag in `params` picks another function (whose answer is not the
+/// stream, as `background`'s).
+fn resumable(method: &Method, params: &Map<String, Value>) -> Option<(&'static str, &'static str)> {
+    let tags = method.stream?;
+    let other = tags.callees.iter().any(|c| match c.via {
+        Via::When { param, .. } => params
+            .get(param)
+            .is_some_and(|v| !v.is_null() && *v != Value::Bool(false)),
+        _ => false,
+    });
+    match other {
+        true => None,
+        false => Some((tags.resume?, tags.id?)),
     }
 }
 
@@ -178,7 +310,7 @@ async fn notify(context: &RequestContext<RoleServer>, param: ProgressNotificatio
 }
 
 /// Whether a method takes `stream: true` (forwards its events).
-fn forwards(method: &crate::contract::table::Method) -> bool {
+fn forwards(method: &Method) -> bool {
     crate::rpc::streams::forwards_stream(method)
 }
 

@@ -14,6 +14,7 @@ mod answer;
 mod catalog;
 mod handler;
 pub mod http;
+mod parked;
 
 use crate::rpc::server::ServeOptions;
 use crate::runtime::Runtime;
