@@ -75,6 +75,13 @@ struct Method {
     /// `fed.PARAM=METHOD`: with the `when.` flag PARAM the call is fed by
     /// METHOD requests while it runs (a tool cannot, so it has no PARAM).
     fed: Vec<(String, String)>,
+    /// `resource=TEMPLATE`: it reads the resource at URIs of this RFC 6570
+    /// template, whose variables are its params.
+    resource: Option<String>,
+    /// `resource.PARAM=JSON`: what a resource read passes besides the URI's.
+    resource_params: Vec<(String, String)>,
+    /// `watches=METHOD`: its events are changes of METHOD's resources.
+    watches: Option<String>,
 }
 
 /// The stream tags of a method and the functions that may serve it.
@@ -395,7 +402,7 @@ fn render(export: &str, capabilities: &[String], methods: &[Method]) -> String {
             w,
             "    Method {{ name: {:?}, function: {:?}, capability: {:?}, result: {:?}, \
              params: &{:?}, seconds: &{:?}, defaults: &{:?}, aliases: &{:?}, ranges: &{:?}, \
-             extends: {:?}, wait: {wait}, stream: {} }},",
+             extends: {:?}, wait: {wait}, resource: {}, watches: {:?}, stream: {} }},",
             m.wire,
             m.function,
             m.capability,
@@ -406,6 +413,14 @@ fn render(export: &str, capabilities: &[String], methods: &[Method]) -> String {
             m.aliases,
             m.ranges,
             m.extends,
+            match &m.resource {
+                None => "None".to_string(),
+                Some(t) => format!(
+                    "Some(Resource {{ template: {t:?}, params: &{:?} }})",
+                    m.resource_params
+                ),
+            },
+            m.watches,
             render_stream(m.stream.as_ref()),
         );
     }
@@ -539,7 +554,7 @@ fn tags(line: &str) -> Result<Vec<String>, String> {
 
 const METHOD_TAGS: &str = "capability=NAME, result=KEY, default.FIELD=JSON, alias.WIRE=FIELD, \
      range.FIELD=MIN..MAX, extends=FIELD, wait[=FIELD], stream, id=KEY, forward=CAPABILITY, \
-     resume=METHOD, note=NAME, input=NAME, detach, when.PARAM=FUNCTION, fed.PARAM=METHOD, \
+     resume=METHOD, resource=TEMPLATE, resource.PARAM=JSON, watches=METHOD, note=NAME, input=NAME, detach, when.PARAM=FUNCTION, fed.PARAM=METHOD, \
      prefer=FUNCTION or title=TEXT";
 
 fn method(cx: &Ctx, func: &Function, line: &str) -> Result<Method, String> {
@@ -563,6 +578,9 @@ fn method(cx: &Ctx, func: &Function, line: &str) -> Result<Method, String> {
         stream: None,
         title: None,
         fed: Vec::new(),
+        resource: None,
+        resource_params: Vec::new(),
+        watches: None,
     };
     for (i, p) in params.iter().enumerate() {
         if params[..i].iter().any(|q| q.wire == p.wire) {
@@ -620,6 +638,13 @@ fn method(cx: &Ctx, func: &Function, line: &str) -> Result<Method, String> {
                 stream.forward = Some(value.to_string());
             }
             "prefer" => stream.prefer = Some(value.to_string()),
+            "resource" => {
+                for var in template_vars(value)? {
+                    param_type(&var).map_err(|e| format!("resource={value}: {e}"))?;
+                }
+                m.resource = Some(value.to_string());
+            }
+            "watches" => m.watches = Some(value.to_string()),
             "title" => {
                 let title = match value.starts_with('"') {
                     true => serde_json::from_str::<String>(value)
@@ -678,6 +703,21 @@ fn method(cx: &Ctx, func: &Function, line: &str) -> Result<Method, String> {
                     m.ranges.push((field.to_string(), min, max));
                 } else if let Some(param) = key.strip_prefix("when.") {
                     stream.when.push((param.to_string(), value.to_string()));
+                } else if let Some(param) = key.strip_prefix("resource.") {
+                    let json: serde_json::Value = serde_json::from_str(value)
+                        .map_err(|e| format!("resource.{param}: `{value}` is not JSON ({e})"))?;
+                    // A reader's `encoding` is its adapter's param, not the function's.
+                    if param == ENCODING {
+                        if !ENCODINGS.iter().any(|e| json == *e) {
+                            return Err(format!("resource.{param}: one of {ENCODINGS:?}"));
+                        }
+                    } else {
+                        let ty = param_type(param)?;
+                        fits(cx.resolve, ty, &json)
+                            .map_err(|why| format!("resource.{param}: {why}"))?;
+                    }
+                    m.resource_params
+                        .push((param.to_string(), value.to_string()));
                 } else if let Some(param) = key.strip_prefix("fed.") {
                     m.fed.push((param.to_string(), value.to_string()));
                 } else {
@@ -2245,6 +2285,52 @@ fn tool(
     })
 }
 
+/// `watches=METHOD` of `m`: METHOD reads resources, and `m` takes every
+/// variable of their template.
+fn check_watches(m: &Method, watched: &str, methods: &[Method]) -> Result<(), String> {
+    let other = methods
+        .iter()
+        .find(|o| o.wire == watched)
+        .ok_or_else(|| format!("no method is called `{watched}`"))?;
+    let template = other
+        .resource
+        .as_ref()
+        .ok_or_else(|| format!("`{watched}` has no resource=TEMPLATE"))?;
+    for var in template_vars(template)? {
+        if !m.params.contains(&var) {
+            return Err(format!("it takes no `{var}` (a variable of {template})"));
+        }
+    }
+    if m.stream.is_none() {
+        return Err("it is not a stream method (its events are the changes)".into());
+    }
+    Ok(())
+}
+
+/// The variables of an RFC 6570 template (`{name}` and `{+name}` only).
+fn template_vars(template: &str) -> Result<Vec<String>, String> {
+    let mut vars = Vec::new();
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        let close = rest[open..]
+            .find('}')
+            .ok_or_else(|| format!("{template}: an unclosed `{{`"))?;
+        let var = &rest[open + 1..open + close];
+        let name = var.strip_prefix('+').unwrap_or(var);
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!(
+                "{template}: `{{{var}}}` is not `{{name}}` or `{{+name}}`"
+            ));
+        }
+        vars.push(name.to_string());
+        rest = &rest[open + close + 1..];
+    }
+    if rest.contains('}') {
+        return Err(format!("{template}: a `}}` without `{{`"));
+    }
+    Ok(vars)
+}
+
 /// `resume=METHOD` of `m`: its stream has an id, and METHOD is a stream
 /// method that takes that id.
 fn check_resume(m: &Method, resume: &str, methods: &[Method]) -> Result<(), String> {
@@ -2357,6 +2443,20 @@ fn render_tools(
         {
             return Err(format!(
                 "wit/infra.wit, function `{}`: fed.{param}={fed}: no method is called `{fed}`",
+                m.function
+            ));
+        }
+        if let Some(watched) = &m.watches {
+            check_watches(m, watched, methods).map_err(|e| {
+                format!(
+                    "wit/infra.wit, function `{}`: watches={watched}: {e}",
+                    m.function
+                )
+            })?;
+        }
+        if !m.resource_params.is_empty() && m.resource.is_none() {
+            return Err(format!(
+                "wit/infra.wit, function `{}`: resource.PARAM without resource=TEMPLATE",
                 m.function
             ));
         }

@@ -344,9 +344,16 @@ pub struct McpArgs {
     /// Only the tools that change nothing (their `readOnlyHint`).
     #[arg(long)]
     pub read_only: bool,
-    /// Seconds a tool call may run before it answers with what it has so far.
+    /// Seconds a command's tool call (`commands_run`, `commands_connect`) may
+    /// run before it answers with the output so far and the command's id
+    /// while the command runs on (clients give up at about 60 s).
     #[arg(long, default_value_t = 45, value_name = "SECS")]
     pub mcp_wait: u64,
+    /// Most bytes of output or file content one tool result carries: output
+    /// past it is dropped (`truncated: true`), a larger file comes back as a
+    /// `resource_link` to read as a resource or in parts.
+    #[arg(long, default_value_t = 1 << 20, value_name = "BYTES")]
+    pub mcp_inline_bytes: usize,
 }
 
 impl HostArgs {

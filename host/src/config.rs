@@ -158,6 +158,7 @@ pub fn mcp_options(
         tools: (!args.tools.is_empty()).then(|| args.tools.clone()),
         read_only: args.read_only,
         wait: Duration::from_secs(args.mcp_wait.max(1)),
+        inline_bytes: args.mcp_inline_bytes.max(1),
         identity: crate::mcp::Identity {
             provider: runtime.info.id.clone(),
             provider_version: runtime.info.version.clone(),

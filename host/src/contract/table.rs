@@ -31,8 +31,21 @@ pub struct Method {
     pub extends: Option<&'static str>,
     /// Whether the request waits for the end of the stream it follows.
     pub wait: Wait,
+    /// `resource=TEMPLATE`: it reads the resource at URIs of a template.
+    pub resource: Option<Resource>,
+    /// `watches=METHOD`: its events are changes of METHOD's resources.
+    pub watches: Option<&'static str>,
     /// How a method whose answer holds a resource is served.
     pub stream: Option<&'static StreamTags>,
+}
+
+/// `resource=TEMPLATE` and `resource.PARAM=JSON` of a method.
+#[derive(Debug, Clone, Copy)]
+pub struct Resource {
+    /// An RFC 6570 template (`{name}`, `{+name}`) whose variables are params.
+    pub template: &'static str,
+    /// (param, JSON) a resource read passes besides the URI's.
+    pub params: &'static [(&'static str, &'static str)],
 }
 
 /// `wait` and `wait=FIELD`.

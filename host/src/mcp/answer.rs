@@ -194,6 +194,24 @@ pub fn running(
     result
 }
 
+/// A read whose content is larger than a result carries: a `resource_link`
+/// to it, and what to do.
+pub fn linked(uri: &str, link: ContentBlock, size: Option<u64>, inline: usize) -> CallToolResult {
+    let size_text = size.map_or("more than".to_string(), |s| format!("{s} bytes,"));
+    let text = format!(
+        "{uri} is {size_text} above the {inline} bytes a result carries: read it as that \
+         resource (resources/read), or with this tool in parts."
+    );
+    let mut structured = Map::new();
+    structured.insert("uri".into(), uri.into());
+    if let Some(size) = size {
+        structured.insert("size".into(), size.into());
+    }
+    let mut result = CallToolResult::success(vec![ContentBlock::text(text), link]);
+    result.structured_content = Some(Value::Object(structured));
+    result
+}
+
 /// A failed call: the error for the model to read, as text and structured.
 pub fn failure(error: &RpcError) -> CallToolResult {
     let message = error.wire_message().into_owned();

@@ -30,10 +30,7 @@ pub struct Catalog {
 impl Catalog {
     /// The tools `runtime`'s provider serves, narrowed by `only` (names) and `read_only`.
     pub fn new(runtime: &Runtime, only: Option<&[String]>, read_only: bool) -> Result<Catalog> {
-        let serves = |method: &Method| {
-            runtime.supports(method.capability) && runtime::serves(method, &|f| runtime.exports(f))
-        };
-        Catalog::of(&serves, only, read_only)
+        Catalog::of(&|m| serves(runtime, m), only, read_only)
     }
 
     /// The tools of the methods `serves` says yes to, narrowed as [`Catalog::new`].
@@ -79,6 +76,12 @@ impl Catalog {
     pub fn get(&self, name: &str) -> Option<&Listed> {
         self.by_name.get(name).map(|i| &self.listed[*i])
     }
+}
+
+/// Whether `runtime`'s provider serves `method`: its capability is on and
+/// the component exports a function of it.
+pub fn serves(runtime: &Runtime, method: &Method) -> bool {
+    runtime.supports(method.capability) && runtime::serves(method, &|f| runtime.exports(f))
 }
 
 /// Whether a method of `capability` detaches a stream.

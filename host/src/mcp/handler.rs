@@ -6,10 +6,12 @@
 
 use super::McpOptions;
 use super::answer::{self, Forwarded};
+use super::catalog;
 use super::catalog::Catalog;
 use super::parked::{Lot, Parked, Seen};
+use super::resources::Resources;
 use crate::codec::Codec;
-use crate::contract::table::{Method, Via};
+use crate::contract::table::{Answer, Method, Via};
 use crate::contract::tools::INSTRUCTIONS;
 use crate::rpc::context::CallCtx;
 use crate::rpc::errors::RpcError;
@@ -17,11 +19,13 @@ use crate::rpc::outbox::{Note, Outbox};
 use crate::rpc::server::run_request;
 use crate::runtime::Runtime;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ServerCapabilities,
-    ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation,
+    ListResourceTemplatesResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter,
+    UnsubscribeRequestParams,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Map, Value};
 use std::future::Future;
@@ -49,11 +53,14 @@ pub struct Handler {
     calls: Arc<AtomicU64>,
     /// Calls that outlived `--mcp-wait`, read on in the background.
     lot: Arc<Lot>,
+    /// Resource templates and subscriptions.
+    resources: Arc<Resources>,
 }
 
 impl Handler {
     pub fn new(runtime: Arc<Runtime>, opts: McpOptions) -> anyhow::Result<Handler> {
         let catalog = Catalog::new(&runtime, opts.tools.as_deref(), opts.read_only)?;
+        let resources = Resources::new(&|m| catalog::serves(&runtime, m));
         tracing::info!(
             tools = catalog.listed.len(),
             "serving MCP: one tool per method the provider serves"
@@ -66,12 +73,37 @@ impl Handler {
             background: Arc::new(Mutex::new(tokio::task::JoinSet::new())),
             calls: Arc::new(AtomicU64::new(0)),
             lot: Arc::new(Lot::default()),
+            resources: Arc::new(resources),
         })
     }
 
     /// Where detached work of calls runs (ended with the session).
     pub fn background(&self) -> Arc<Mutex<tokio::task::JoinSet<()>>> {
         self.background.clone()
+    }
+
+    pub(super) fn resources(&self) -> &Resources {
+        &self.resources
+    }
+
+    pub(super) fn options(&self) -> &McpOptions {
+        &self.opts
+    }
+
+    /// The context of one EPP request of this server (output kept up to
+    /// `room` bytes), and the receiver of its notifications.
+    pub(super) fn request_ctx(&self, room: usize) -> (CallCtx, mpsc::Receiver<Note>) {
+        let (out, notes) = Outbox::notes(NOTES);
+        let n = self.calls.fetch_add(1, Ordering::Relaxed);
+        let ctx = CallCtx::new(
+            self.runtime.clone(),
+            self.codec.clone(),
+            out,
+            Value::String(format!("mcp-{n}")),
+            room,
+            self.background.clone(),
+        );
+        (ctx, notes)
     }
 
     fn server_info(&self) -> Implementation {
@@ -127,17 +159,8 @@ impl Handler {
         if forward {
             params.insert(STREAM.into(), Value::Bool(true));
         }
-        let (out, mut notes) = Outbox::notes(NOTES);
-        let n = self.calls.fetch_add(1, Ordering::Relaxed);
-        let ctx = CallCtx::new(
-            self.runtime.clone(),
-            self.codec.clone(),
-            out,
-            Value::String(format!("mcp-{n}")),
-            self.opts.serve.max_output_bytes,
-            self.background.clone(),
-        );
-        let span = tracing::info_span!("tool", call = n, tool = %listed.tool.name);
+        let (ctx, mut notes) = self.request_ctx(self.opts.inline_bytes);
+        let span = tracing::info_span!("tool", id = %ctx.id, tool = %listed.tool.name);
         // The call's own token: a parked call outlives the request's.
         let stop = CancellationToken::new();
         let method = listed.method.name;
@@ -149,7 +172,7 @@ impl Handler {
         }
         .instrument(span);
         let mut work = Box::pin(work);
-        let mut forwarded = Forwarded::new(self.opts.serve.max_output_bytes);
+        let mut forwarded = Forwarded::new(self.opts.inline_bytes);
         let progress_of = |forwarded: &mut Forwarded, note| {
             let message = forwarded.take(note)?;
             Some(
@@ -200,7 +223,16 @@ impl Handler {
                 }
                 answer::success(value)
             }
-            Err(e) => answer::failure(&e),
+            // Too large to carry: a link to it as a resource, when it is one.
+            Err(e) => match e
+                .too_large
+                .and_then(|size| Some((size, self.resources.link(listed.method, &asked, size)?)))
+            {
+                Some((size, (uri, link))) => {
+                    answer::linked(&uri, link, size, self.opts.inline_bytes)
+                }
+                None => answer::failure(&e),
+            },
         }
         .into())
     }
@@ -309,16 +341,85 @@ async fn notify(context: &RequestContext<RoleServer>, param: ProgressNotificatio
     }
 }
 
-/// Whether a method takes `stream: true` (forwards its events).
+/// Whether a method forwards events with `stream: true` (output, items) that
+/// a tool call can pass on as progress; a reader's or writer's chunks are not
+/// (a tool answers a file whole).
 fn forwards(method: &Method) -> bool {
-    crate::rpc::streams::forwards_stream(method)
+    let events = method.stream.is_some_and(|s| {
+        s.callees
+            .iter()
+            .any(|c| matches!(c.answer, Answer::Events { .. }))
+    });
+    events && crate::rpc::streams::forwards_stream(method)
 }
 
 impl ServerHandler for Handler {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let capabilities = match self.resources.any() {
+            (false, _) => ServerCapabilities::builder().enable_tools().build(),
+            (true, false) => ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .build(),
+            (true, true) => ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .enable_resources_subscribe()
+                .build(),
+        };
+        ServerConfig::new(capabilities)
             .with_server_info(self.server_info())
             .with_instructions(INSTRUCTIONS.to_string())
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        Ok(ListResourceTemplatesResult::with_all_items(
+            self.resources.templates(),
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let result = self.read_uri(&request.uri, context.ct.cancelled()).await?;
+        Ok(result.into())
+    }
+
+    #[allow(deprecated)] // resources/subscribe is the 2025-11-25 way, still served
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.subscribe_uri(request.uri, context.peer)
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.unsubscribe_uri(&request.uri);
+        Ok(())
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(self.resources.accepted(requested))
+    }
+
+    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
+        self.listen_uris(subscription).await;
+        Ok(())
     }
 
     async fn list_tools(

@@ -15,6 +15,8 @@ mod catalog;
 mod handler;
 pub mod http;
 mod parked;
+mod resources;
+mod template;
 
 use crate::rpc::server::ServeOptions;
 use crate::runtime::Runtime;
@@ -33,8 +35,11 @@ pub struct McpOptions {
     pub tools: Option<Vec<String>>,
     /// Only tools that change nothing (`readOnlyHint`).
     pub read_only: bool,
-    /// How long a tool call may run before it answers with what it has so far.
+    /// How long a resumable tool call may run before it answers with what it
+    /// has so far.
     pub wait: Duration,
+    /// Most bytes of output or file content in one tool result.
+    pub inline_bytes: usize,
     /// Who is serving: `serverInfo` and the server's `_meta`.
     pub identity: Identity,
     /// Streamable HTTP instead of stdio.

@@ -203,12 +203,12 @@ impl Reading<'_> {
             None => None,
         };
         if size.is_some_and(|s| s > cap as u64) {
-            return Err(self.too_big(cap));
+            return Err(self.too_big(cap, size));
         }
         let mut bytes = Vec::with_capacity(size.unwrap_or(0).min(cap as u64) as usize);
         while let Some(chunk) = self.chunk(inst, reader).await? {
             if bytes.len() + chunk.len() > cap {
-                return Err(self.too_big(cap));
+                return Err(self.too_big(cap, size));
             }
             bytes.extend_from_slice(&chunk);
         }
@@ -289,7 +289,7 @@ impl Reading<'_> {
         )
     }
 
-    fn too_big(&self, cap: usize) -> RpcError {
+    fn too_big(&self, cap: usize, size: Option<u64>) -> RpcError {
         RpcError::invalid_params(
             self.method.name,
             format!(
@@ -298,6 +298,7 @@ impl Reading<'_> {
                 self.path
             ),
         )
+        .too_large(size)
     }
 }
 

@@ -41,6 +41,10 @@ pub struct RpcError {
     pub http_status: Option<u16>,
     /// The backend's own error code (e.g. `DOCKER::SANDBOX_NOT_FOUND`).
     pub upstream_code: Option<String>,
+    /// The answer would have held more content than the host returns at
+    /// once (`--max-output-bytes`): its size when known (an MCP server then
+    /// answers a link to the content instead).
+    pub too_large: Option<Option<u64>>,
 }
 
 impl From<ErrorCode> for EppCode {
@@ -78,6 +82,7 @@ impl RpcError {
             retryable: false,
             http_status: None,
             upstream_code: None,
+            too_large: None,
         }
     }
 
@@ -91,6 +96,13 @@ impl RpcError {
     /// Adds what to do next.
     pub fn hint(mut self, hint: impl Into<Cow<'static, str>>) -> RpcError {
         self.hint = Some(hint.into());
+        self
+    }
+
+    /// Marks the error as an answer too large to return at once (`size`
+    /// bytes of content, when known).
+    pub fn too_large(mut self, size: Option<u64>) -> RpcError {
+        self.too_large = Some(size);
         self
     }
 
