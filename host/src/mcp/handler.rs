@@ -8,6 +8,7 @@ use super::McpOptions;
 use super::answer::{self, Forwarded};
 use super::catalog;
 use super::catalog::Catalog;
+use super::http::StreamClosed;
 use super::parked::{Lot, Parked, Seen};
 use super::resources::Resources;
 use crate::codec::Codec;
@@ -163,6 +164,8 @@ impl Handler {
         let span = tracing::info_span!("tool", id = %ctx.id, tool = %listed.tool.name);
         // The call's own token: a parked call outlives the request's.
         let stop = CancellationToken::new();
+        // Over HTTP, a response stream the client closed stops the call too.
+        let closed = StreamClosed::of(&context.extensions).unwrap_or_default();
         let method = listed.method.name;
         let timeout = self.opts.serve.call_timeout;
         let asked = params.clone();
@@ -197,6 +200,7 @@ impl Handler {
                 }
                 result = &mut work => break Some(result),
                 () = context.ct.cancelled(), if !stop.is_cancelled() => stop.cancel(),
+                () = closed.cancelled(), if !stop.is_cancelled() => stop.cancel(),
                 () = &mut wait, if waiting => {
                     waiting = false;
                     overdue = true;

@@ -18,6 +18,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 use tower_service::Service as _;
 
 /// The one path MCP is served at.
@@ -64,6 +65,54 @@ fn bearer_matches(presented: Option<&[u8]>, token: &str) -> bool {
     };
     let want = token.as_bytes();
     value.len() == want.len() && value.iter().zip(want).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
+}
+
+/// Cancelled when the response to a request is dropped before its end: the
+/// client closed the stream (a tool call then stops, as on
+/// `notifications/cancelled`). In the request's extensions.
+#[derive(Clone)]
+pub struct StreamClosed(pub CancellationToken);
+
+impl StreamClosed {
+    /// The token of the HTTP request a call came in, if it came by HTTP.
+    pub fn of(extensions: &rmcp::model::Extensions) -> Option<CancellationToken> {
+        let parts = extensions.get::<http::request::Parts>()?;
+        parts.extensions.get::<StreamClosed>().map(|c| c.0.clone())
+    }
+}
+
+/// A response body that cancels its request's [`StreamClosed`] when it is
+/// dropped before its end.
+struct Guarded {
+    inner: Body,
+    guard: Option<tokio_util::sync::DropGuard>,
+}
+
+impl http_body::Body for Guarded {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        if let std::task::Poll::Ready(None) = polled
+            && let Some(guard) = self.guard.take()
+        {
+            // Ended in full: nothing to cancel.
+            guard.disarm();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// Serves until the process ends.
@@ -119,7 +168,16 @@ pub async fn serve(handler: Handler, http: HttpOptions) -> Result<()> {
                             ));
                         }
                     }
-                    service.call(req).await
+                    let mut req = req;
+                    let closed = CancellationToken::new();
+                    req.extensions_mut().insert(StreamClosed(closed.clone()));
+                    let response = service.call(req).await?;
+                    let (parts, body) = response.into_parts();
+                    let body = Guarded {
+                        inner: body,
+                        guard: Some(closed.drop_guard()),
+                    };
+                    Ok(Response::from_parts(parts, body.boxed()))
                 }
             });
             if let Err(e) = hyper::server::conn::http1::Builder::new()
