@@ -313,10 +313,8 @@ impl Handler {
             Seen::Running(value) => {
                 answer::running(value, self.opts.wait, method.name, parked.asked())
             }
-            Seen::Ended(result) => {
-                self.lot.remove(&parked);
-                result
-            }
+            // Kept: a follow again (a lost answer, a retry) gets the same end.
+            Seen::Ended(result) => result,
         }
     }
 }

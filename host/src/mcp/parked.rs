@@ -4,7 +4,8 @@
 //! [`Parked`] until it ends. A later call of METHOD's tool with the stream's
 //! id is served from it: it waits (again at most `--mcp-wait`) for more
 //! output or the end, and answers the output from the start, as a provider's
-//! own follow would. The end is answered once; then the entry is gone.
+//! own follow would. An ended call stays (a follow again gets the same end)
+//! until its room is needed.
 
 use super::answer::{self, Forwarded};
 use crate::contract::table::Method;
@@ -66,14 +67,6 @@ impl Lot {
                         .all(|(k, v)| k == key || p.asked.get(k).is_none_or(|mine| mine == v))
             })
             .cloned()
-    }
-
-    /// Forgets a call whose end was answered.
-    pub fn remove(&self, parked: &Arc<Parked>) {
-        self.calls
-            .lock()
-            .expect("lock")
-            .retain(|p| !Arc::ptr_eq(p, parked));
     }
 }
 
