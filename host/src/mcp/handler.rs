@@ -10,13 +10,12 @@ use super::catalog;
 use super::catalog::Catalog;
 use super::http::StreamClosed;
 use super::parked::{Lot, Parked, Seen};
+use super::requests::Requests;
 use super::resources::Resources;
-use crate::codec::Codec;
 use crate::contract::table::{Answer, Method, Via};
 use crate::contract::tools::INSTRUCTIONS;
-use crate::rpc::context::CallCtx;
 use crate::rpc::errors::RpcError;
-use crate::rpc::outbox::{Note, Outbox};
+use crate::rpc::outbox::Note;
 use crate::rpc::server::run_request;
 use crate::runtime::Runtime;
 use rmcp::model::{
@@ -31,27 +30,19 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Map, Value};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-/// Notifications of one call waiting for the progress pump at most.
-const NOTES: usize = 64;
 /// The EPP param that forwards a stream's events as notifications.
 const STREAM: &str = "stream";
 
 /// One MCP server over one loaded provider.
 #[derive(Clone)]
 pub struct Handler {
-    runtime: Arc<Runtime>,
-    codec: Arc<Codec>,
+    requests: Arc<Requests>,
     catalog: Arc<Catalog>,
-    opts: Arc<McpOptions>,
-    background: Arc<Mutex<tokio::task::JoinSet<()>>>,
-    /// Ids of the EPP requests calls run as (for logs and notifications).
-    calls: Arc<AtomicU64>,
     /// Calls that outlived `--mcp-wait`, read on in the background.
     lot: Arc<Lot>,
     /// Resource templates and subscriptions.
@@ -67,12 +58,8 @@ impl Handler {
             "serving MCP: one tool per method the provider serves"
         );
         Ok(Handler {
-            codec: Arc::new(Codec::new(&runtime.exports, opts.serve.max_param_bytes)),
-            runtime,
+            requests: Arc::new(Requests::new(runtime, opts)),
             catalog: Arc::new(catalog),
-            opts: Arc::new(opts),
-            background: Arc::new(Mutex::new(tokio::task::JoinSet::new())),
-            calls: Arc::new(AtomicU64::new(0)),
             lot: Arc::new(Lot::default()),
             resources: Arc::new(resources),
         })
@@ -80,35 +67,11 @@ impl Handler {
 
     /// Where detached work of calls runs (ended with the session).
     pub fn background(&self) -> Arc<Mutex<tokio::task::JoinSet<()>>> {
-        self.background.clone()
-    }
-
-    pub(super) fn resources(&self) -> &Resources {
-        &self.resources
-    }
-
-    pub(super) fn options(&self) -> &McpOptions {
-        &self.opts
-    }
-
-    /// The context of one EPP request of this server (output kept up to
-    /// `room` bytes), and the receiver of its notifications.
-    pub(super) fn request_ctx(&self, room: usize) -> (CallCtx, mpsc::Receiver<Note>) {
-        let (out, notes) = Outbox::notes(NOTES);
-        let n = self.calls.fetch_add(1, Ordering::Relaxed);
-        let ctx = CallCtx::new(
-            self.runtime.clone(),
-            self.codec.clone(),
-            out,
-            Value::String(format!("mcp-{n}")),
-            room,
-            self.background.clone(),
-        );
-        (ctx, notes)
+        self.requests.background.clone()
     }
 
     fn server_info(&self) -> Implementation {
-        let id = &self.opts.identity;
+        let id = &self.requests.opts.identity;
         let mut info = Implementation::new("epp-host", env!("CARGO_PKG_VERSION"));
         info.title = Some(format!(
             "epp-host serving {} {}",
@@ -160,14 +123,14 @@ impl Handler {
         if forward {
             params.insert(STREAM.into(), Value::Bool(true));
         }
-        let (ctx, mut notes) = self.request_ctx(self.opts.inline_bytes);
+        let (ctx, mut notes) = self.requests.ctx(self.requests.opts.inline_bytes);
         let span = tracing::info_span!("tool", id = %ctx.id, tool = %listed.tool.name);
         // The call's own token: a parked call outlives the request's.
         let stop = CancellationToken::new();
         // Over HTTP, a response stream the client closed stops the call too.
         let closed = StreamClosed::of(&context.extensions).unwrap_or_default();
         let method = listed.method.name;
-        let timeout = self.opts.serve.call_timeout;
+        let timeout = self.requests.opts.serve.call_timeout;
         let asked = params.clone();
         let work = {
             let stop = stop.clone();
@@ -175,7 +138,7 @@ impl Handler {
         }
         .instrument(span);
         let mut work = Box::pin(work);
-        let mut forwarded = Forwarded::new(self.opts.inline_bytes);
+        let mut forwarded = Forwarded::new(self.requests.opts.inline_bytes);
         let progress_of = |forwarded: &mut Forwarded, note| {
             let message = forwarded.take(note)?;
             Some(
@@ -183,7 +146,7 @@ impl Handler {
                     .with_message(message),
             )
         };
-        let mut wait = Box::pin(tokio::time::sleep(self.opts.wait));
+        let mut wait = Box::pin(tokio::time::sleep(self.requests.opts.wait));
         let mut waiting = resume.is_some();
         let mut overdue = false;
         let result = loop {
@@ -233,7 +196,7 @@ impl Handler {
                 .and_then(|size| Some((size, self.resources.link(listed.method, &asked, size)?)))
             {
                 Some((size, (uri, link))) => {
-                    answer::linked(&uri, link, size, self.opts.inline_bytes)
+                    answer::linked(&uri, link, size, self.requests.opts.inline_bytes)
                 }
                 None => answer::failure(&e),
             },
@@ -256,23 +219,27 @@ impl Handler {
             Some(other) => other.to_string(),
             None => unreachable!("parked only with its id"),
         };
-        let running = answer::running(forwarded.running(), self.opts.wait, resume, &asked);
+        let running = answer::running(forwarded.running(), self.requests.opts.wait, resume, &asked);
         let parked = Parked::new(resume, id.clone(), asked, forwarded);
         self.lot.park(parked.clone());
         tracing::info!(%id, "the call outlived --mcp-wait: answered, and read on in the background");
-        self.background.lock().expect("lock").spawn(async move {
-            let result = loop {
-                tokio::select! {
-                    biased;
-                    Some(note) = notes.recv() => parked.take(note),
-                    result = &mut work => break result,
+        self.requests
+            .background
+            .lock()
+            .expect("lock")
+            .spawn(async move {
+                let result = loop {
+                    tokio::select! {
+                        biased;
+                        Some(note) = notes.recv() => parked.take(note),
+                        result = &mut work => break result,
+                    }
+                };
+                while let Ok(note) = notes.try_recv() {
+                    parked.take(note);
                 }
-            };
-            while let Ok(note) = notes.try_recv() {
-                parked.take(note);
-            }
-            parked.end(result);
-        });
+                parked.end(result);
+            });
         running
     }
 
@@ -289,7 +256,7 @@ impl Handler {
         let mut seen = Vec::new();
         parked.news(&mut seen);
         let mut changes = parked.watch();
-        let wait = tokio::time::sleep(self.opts.wait);
+        let wait = tokio::time::sleep(self.requests.opts.wait);
         tokio::pin!(wait);
         loop {
             if parked.ended() {
@@ -311,7 +278,7 @@ impl Handler {
         }
         match parked.seen() {
             Seen::Running(value) => {
-                answer::running(value, self.opts.wait, method.name, parked.asked())
+                answer::running(value, self.requests.opts.wait, method.name, parked.asked())
             }
             // Kept: a follow again (a lost answer, a retry) gets the same end.
             Seen::Ended(result) => result,
@@ -389,7 +356,10 @@ impl ServerHandler for Handler {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        let result = self.read_uri(&request.uri, context.ct.cancelled()).await?;
+        let result = self
+            .resources
+            .read(&self.requests, &request.uri, context.ct.cancelled())
+            .await?;
         Ok(result.into())
     }
 
@@ -399,7 +369,8 @@ impl ServerHandler for Handler {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.subscribe_uri(request.uri, context.peer)
+        self.resources
+            .subscribe(&self.requests, request.uri, context.peer)
     }
 
     #[allow(deprecated)]
@@ -408,7 +379,7 @@ impl ServerHandler for Handler {
         request: UnsubscribeRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.unsubscribe_uri(&request.uri);
+        self.resources.unsubscribe(&request.uri);
         Ok(())
     }
 
@@ -420,7 +391,7 @@ impl ServerHandler for Handler {
     }
 
     async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
-        self.listen_uris(subscription).await;
+        self.resources.listen(&self.requests, subscription).await;
         Ok(())
     }
 

@@ -15,6 +15,7 @@ mod catalog;
 mod handler;
 pub mod http;
 mod parked;
+mod requests;
 mod resources;
 mod template;
 

@@ -8,7 +8,7 @@
 //! `resources/subscribe`, or a 2026-07-28 `subscriptions/listen` stream).
 //! Nothing here names a method: the contract's tags say it all.
 
-use super::handler::Handler;
+use super::requests::Requests;
 use super::template::Template;
 use crate::contract::table::{METHODS, Method};
 use crate::contract::tools::{TOOLS, Tool};
@@ -26,7 +26,7 @@ use rmcp::service::{Peer, SubscriptionContext};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -49,7 +49,7 @@ struct Served {
 #[derive(Default)]
 pub struct Resources {
     served: Vec<Served>,
-    subscriptions: Mutex<HashMap<String, CancellationToken>>,
+    subscriptions: Mutex<HashMap<String, Arc<CancellationToken>>>,
 }
 
 impl Resources {
@@ -194,17 +194,18 @@ fn contents(uri: &str, answer: &Value) -> Result<ResourceContents, McpError> {
     })
 }
 
-impl Handler {
+impl Resources {
     /// `resources/read`: the resource at `uri`, within `--max-output-bytes`.
-    pub(super) async fn read_uri(
+    pub async fn read(
         &self,
+        requests: &Requests,
         uri: &str,
         cancelled: impl Future<Output = ()>,
     ) -> Result<ReadResourceResult, McpError> {
-        let (served, mut params) = self.resources().find(uri).ok_or_else(|| unknown(uri))?;
+        let (served, mut params) = self.find(uri).ok_or_else(|| unknown(uri))?;
         params.extend(served.fixed.clone());
-        let (ctx, _notes) = self.request_ctx(self.options().serve.max_output_bytes);
-        let timeout = self.options().serve.call_timeout;
+        let (ctx, _notes) = requests.ctx(requests.opts.serve.max_output_bytes);
+        let timeout = requests.opts.serve.call_timeout;
         match run_request(&ctx, served.method.name, params, timeout, cancelled).await {
             Ok(answer) => Ok(ReadResourceResult::new(vec![contents(uri, &answer)?])),
             Err(e) => Err(resource_error(uri, &e)),
@@ -213,13 +214,14 @@ impl Handler {
 
     /// `resources/subscribe` (2025-11-25): watches `uri` until unsubscribed
     /// or the session ends; each change is a `notifications/resources/updated`.
-    pub(super) fn subscribe_uri(
-        &self,
+    pub fn subscribe(
+        self: &Arc<Self>,
+        requests: &Arc<Requests>,
         uri: String,
         peer: Peer<RoleServer>,
     ) -> Result<(), McpError> {
         let stop = {
-            let mut subscriptions = self.resources().subscriptions.lock().expect("lock");
+            let mut subscriptions = self.subscriptions.lock().expect("lock");
             if subscriptions.contains_key(&uri) {
                 return Ok(());
             }
@@ -232,22 +234,19 @@ impl Handler {
                 ));
             }
             let stop = CancellationToken::new();
+            let stop = Arc::new(stop);
             subscriptions.insert(uri.clone(), stop.clone());
             stop
         };
-        let watch = match self.watch(&uri, stop) {
+        let watch = match self.watch(requests, &uri, (*stop).clone()) {
             Ok(watch) => watch,
             Err(e) => {
-                self.resources()
-                    .subscriptions
-                    .lock()
-                    .expect("lock")
-                    .remove(&uri);
+                self.subscriptions.lock().expect("lock").remove(&uri);
                 return Err(e);
             }
         };
-        let handler = self.clone();
-        self.background().lock().expect("lock").spawn(async move {
+        let resources = self.clone();
+        requests.background.lock().expect("lock").spawn(async move {
             let deliver = |uri: String| {
                 let peer = peer.clone();
                 async move {
@@ -256,32 +255,28 @@ impl Handler {
                 }
             };
             watch.run(deliver).await;
-            handler
-                .resources()
-                .subscriptions
-                .lock()
-                .expect("lock")
-                .remove(&watch.uri);
+            // Unless it was unsubscribed and subscribed again meanwhile.
+            let mut subscriptions = resources.subscriptions.lock().expect("lock");
+            if subscriptions
+                .get(&watch.uri)
+                .is_some_and(|s| Arc::ptr_eq(s, &stop))
+            {
+                subscriptions.remove(&watch.uri);
+            }
         });
         Ok(())
     }
 
     /// `resources/unsubscribe`: stops the watch of `uri`.
-    pub(super) fn unsubscribe_uri(&self, uri: &str) {
-        if let Some(stop) = self
-            .resources()
-            .subscriptions
-            .lock()
-            .expect("lock")
-            .remove(uri)
-        {
+    pub fn unsubscribe(&self, uri: &str) {
+        if let Some(stop) = self.subscriptions.lock().expect("lock").remove(uri) {
             stop.cancel();
         }
     }
 
     /// A `subscriptions/listen` stream (2026-07-28): watches every accepted
     /// URI until the client cancels the stream.
-    pub(super) async fn listen_uris(&self, subscription: SubscriptionContext) {
+    pub async fn listen(&self, requests: &Arc<Requests>, subscription: SubscriptionContext) {
         let uris = subscription
             .accepted()
             .resource_subscriptions
@@ -291,7 +286,7 @@ impl Handler {
         let (tx, mut changed) = mpsc::channel::<String>(64);
         let mut watches = tokio::task::JoinSet::new();
         for uri in uris {
-            match self.watch(&uri, stop.clone()) {
+            match self.watch(requests, &uri, stop.clone()) {
                 Ok(watch) => {
                     let tx = tx.clone();
                     watches.spawn(async move {
@@ -326,8 +321,13 @@ impl Handler {
     }
 
     /// The watch of `uri`, ready to run.
-    fn watch(&self, uri: &str, stop: CancellationToken) -> Result<Watch, McpError> {
-        let (served, vars) = self.resources().find(uri).ok_or_else(|| unknown(uri))?;
+    fn watch(
+        &self,
+        requests: &Arc<Requests>,
+        uri: &str,
+        stop: CancellationToken,
+    ) -> Result<Watch, McpError> {
+        let (served, vars) = self.find(uri).ok_or_else(|| unknown(uri))?;
         let watcher = served.watcher.ok_or_else(|| {
             McpError::invalid_params(format!("{uri}: this provider cannot watch it"), None)
         })?;
@@ -336,7 +336,7 @@ impl Handler {
             .filter(|(k, _)| watcher.params.contains(&k.as_str()))
             .collect();
         Ok(Watch {
-            handler: self.clone(),
+            requests: requests.clone(),
             method: watcher,
             params,
             uri: uri.to_string(),
@@ -348,7 +348,7 @@ impl Handler {
 /// One subscription's watch: the watcher method's request, each of its
 /// events a change of `uri`.
 struct Watch {
-    handler: Handler,
+    requests: Arc<Requests>,
     method: &'static Method,
     params: Map<String, Value>,
     uri: String,
@@ -362,10 +362,8 @@ impl Watch {
         F: Fn(String) -> Fut,
         Fut: Future<Output = bool>,
     {
-        let (ctx, mut notes) = self
-            .handler
-            .request_ctx(self.handler.options().inline_bytes);
-        let timeout = self.handler.options().serve.call_timeout;
+        let (ctx, mut notes) = self.requests.ctx(self.requests.opts.inline_bytes);
+        let timeout = self.requests.opts.serve.call_timeout;
         let work = run_request(
             &ctx,
             self.method.name,
