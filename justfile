@@ -14,12 +14,13 @@ build:
     cargo build -p epp-host -p execd-standin
     scripts/sign-dev
 
-# Everything CI checks: format, lints, unit tests, end-to-end tests, SDK conformance, the release in jco, `just install` from a clean clone.
+# Everything CI checks: format, lints, unit tests, end-to-end tests, SDK conformance, the release in jco, MCP clients and the MCP conformance suite, `just install` from a clean clone.
 test: build lint release
     cargo test -p epp-authority -p opensandbox-settings -p opensandbox-provider -p epp-client -p epp-host -p execd-standin
     scripts/e2e
     tests/testbed/testbed check
     tests/jco/run
+    tests/mcp/run
     tests/install/run
 
 # Formatting and clippy, warnings are errors.
@@ -62,6 +63,10 @@ registry port="5000":
 # Push the signed release and the WIT package abx:epp to an OCI registry: just publish oci://REGISTRY/NAME:TAG [--insecure-registry HOST:PORT].
 publish ref *flags:
     scripts/publish {{ref}} {{flags}}
+
+# `epp-host mcp` with the official MCP Python SDK (both eras; pass client.py groups to filter) and, with no groups, the MCP conformance suite.
+mcp-test *groups: build
+    tests/mcp/run {{groups}}
 
 # The released component in a second Wasm host (jco on Node.js) against the testbed.
 jco: release
