@@ -4,7 +4,10 @@
 //! `--read-only`, in the contract's order. A capability with a method that
 //! answers at once and then detaches a stream of events (`pty`: a terminal's
 //! output) is left out: MCP has no way to deliver events after a tool's
-//! result, and its other methods are of no use without them.
+//! result, and its other methods are of no use without them. So is a method
+//! that backs resource subscriptions (`watches=`: `files.watch`): its call
+//! reports changes until cancelled, so as a tool it would never answer; it
+//! is served as `resources/subscribe` instead.
 
 use crate::contract::table::{self, Method};
 use crate::contract::tools::{TOOLS, Tool};
@@ -55,7 +58,7 @@ impl Catalog {
             let Some(method) = table::find(tool.method) else {
                 continue;
             };
-            let usable = !tool.feeds && !detaches(method.capability);
+            let usable = usable(tool, method);
             let chosen = only.is_none_or(|names| names.iter().any(|n| n == tool.name));
             if usable && chosen && (!read_only || tool.read_only) && serves(method) {
                 listed.push(Listed {
@@ -82,6 +85,12 @@ impl Catalog {
 /// the component exports a function of it.
 pub fn serves(runtime: &Runtime, method: &Method) -> bool {
     runtime.supports(method.capability) && runtime::serves(method, &|f| runtime.exports(f))
+}
+
+/// Whether a tool can work over MCP: it feeds no running call, no method of
+/// its capability detaches a stream, and it is not a subscription's watcher.
+fn usable(tool: &Tool, method: &Method) -> bool {
+    !tool.feeds && !detaches(method.capability) && method.watches.is_none()
 }
 
 /// Whether a method of `capability` detaches a stream.
@@ -156,14 +165,14 @@ mod tests {
         for tool in TOOLS {
             let method = table::find(tool.method).expect("method");
             let listed = catalog.get(tool.name).is_some();
-            assert_eq!(
-                listed,
-                !tool.feeds && !detaches(method.capability),
-                "{}",
-                tool.name
-            );
+            assert_eq!(listed, usable(tool, method), "{}", tool.name);
         }
         assert!(catalog.listed.iter().all(|l| !l.tool.feeds));
+        assert!(catalog.listed.iter().all(|l| l.method.watches.is_none()));
+        assert!(TOOLS.iter().any(|t| {
+            table::find(t.method).is_some_and(|m| m.watches.is_some())
+                && catalog.get(t.name).is_none()
+        }));
     }
 
     #[test]

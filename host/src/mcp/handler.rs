@@ -45,14 +45,27 @@ pub struct Handler {
     catalog: Arc<Catalog>,
     /// Calls that outlived `--mcp-wait`, read on in the background.
     lot: Arc<Lot>,
-    /// Resource templates and subscriptions.
+    /// Resource templates and this session's subscriptions.
     resources: Arc<Resources>,
+    /// Ends the session's subscriptions when the last clone is dropped.
+    _session: Arc<SessionEnd>,
+}
+
+/// Stops a session's subscriptions when its handler is gone.
+struct SessionEnd(Arc<Resources>);
+
+impl Drop for SessionEnd {
+    fn drop(&mut self) {
+        self.0.end_session();
+    }
 }
 
 impl Handler {
     pub fn new(runtime: Arc<Runtime>, opts: McpOptions) -> anyhow::Result<Handler> {
         let catalog = Catalog::new(&runtime, opts.tools.as_deref(), opts.read_only)?;
-        let resources = Resources::new(&|m| catalog::serves(&runtime, m));
+        // Resources of listed tools only (`--tools`, `--read-only` narrow them too).
+        let listed = |m: &Method| catalog.listed.iter().any(|l| l.method.name == m.name);
+        let resources = Arc::new(Resources::new(&listed, &|m| catalog::serves(&runtime, m)));
         tracing::info!(
             tools = catalog.listed.len(),
             "serving MCP: one tool per method the provider serves"
@@ -61,8 +74,22 @@ impl Handler {
             requests: Arc::new(Requests::new(runtime, opts)),
             catalog: Arc::new(catalog),
             lot: Arc::new(Lot::default()),
-            resources: Arc::new(resources),
+            _session: Arc::new(SessionEnd(resources.clone())),
+            resources,
         })
+    }
+
+    /// The handler of another session (over HTTP): the same tools, held calls
+    /// and requests; subscriptions of its own, stopped when it is dropped.
+    pub fn for_session(&self) -> Handler {
+        let resources = Arc::new(self.resources.for_session());
+        Handler {
+            requests: self.requests.clone(),
+            catalog: self.catalog.clone(),
+            lot: self.lot.clone(),
+            _session: Arc::new(SessionEnd(resources.clone())),
+            resources,
+        }
     }
 
     /// Where detached work of calls runs (ended with the session).
@@ -102,13 +129,7 @@ impl Handler {
             ));
         };
         let mut params = answer::params(request.arguments);
-        if params.contains_key(STREAM) {
-            // Streaming is the client's progress token, not a param.
-            let e = RpcError::invalid_params(
-                listed.method.name,
-                "unknown field `stream`: this server streams output as notifications/progress \
-                 when the call carries a progress token",
-            );
+        if let Some(e) = unlisted(listed, &params) {
             return Ok(answer::failure(&e).into());
         }
         let progress = context.meta.get_progress_token();
@@ -118,11 +139,17 @@ impl Handler {
                 .await
                 .into());
         }
-        let resume = resumable(listed.method, &params);
+        // Held at the wait only when the call that picks it up is a tool here.
+        let resume = resumable(listed.method, &params)
+            .filter(|(resume, _)| self.catalog.get(&resume.replace('.', "_")).is_some());
         let forward = resume.is_some() || (progress.is_some() && forwards(listed.method));
         if forward {
             params.insert(STREAM.into(), Value::Bool(true));
         }
+        let slot = match self.requests.slot() {
+            Ok(slot) => slot,
+            Err(e) => return Ok(answer::failure(&e).into()),
+        };
         let (ctx, mut notes) = self.requests.ctx(self.requests.opts.inline_bytes);
         let span = tracing::info_span!("tool", id = %ctx.id, tool = %listed.tool.name);
         // The call's own token: a parked call outlives the request's.
@@ -134,7 +161,10 @@ impl Handler {
         let asked = params.clone();
         let work = {
             let stop = stop.clone();
-            async move { run_request(&ctx, method, params, timeout, stop.cancelled_owned()).await }
+            async move {
+                let _slot = slot;
+                run_request(&ctx, method, params, timeout, stop.cancelled_owned()).await
+            }
         }
         .instrument(span);
         let mut work = Box::pin(work);
@@ -284,6 +314,30 @@ impl Handler {
             Seen::Ended(result) => result,
         }
     }
+}
+
+/// An argument the tool's `inputSchema` does not have, refused naming it (as
+/// EPP refuses an unknown field): a mistyped name, `stream` (progress comes
+/// with a progress token) or a flag left out of the schema because it needs
+/// EPP input notifications (`stdin`), whose call would wait for input no
+/// tool can send.
+fn unlisted(listed: &catalog::Listed, params: &Map<String, Value>) -> Option<RpcError> {
+    let properties = listed.mcp.input_schema.get("properties")?.as_object()?;
+    let name = params
+        .keys()
+        .find(|k| !properties.contains_key(k.as_str()))?;
+    let known: Vec<String> = properties.keys().map(|k| format!("`{k}`")).collect();
+    let mut message = format!(
+        "unknown field `{name}`, expected one of {}",
+        known.join(", ")
+    );
+    if name == STREAM {
+        message.push_str(
+            "; this server streams output as notifications/progress when the call carries a \
+             progress token",
+        );
+    }
+    Some(RpcError::invalid_params(listed.tool.name, message))
 }
 
 /// The method that picks up a call of `method` that outlived the wait, and

@@ -124,7 +124,7 @@ pub async fn serve(handler: Handler, http: HttpOptions) -> Result<()> {
         .with_allowed_origins(loopback_origins())
         .enforce_origin_validation();
     let service = StreamableHttpService::new(
-        move || Ok(handler.clone()),
+        move || Ok(handler.for_session()),
         Arc::new(LocalSessionManager::default()),
         config,
     );
@@ -162,10 +162,14 @@ pub async fn serve(handler: Handler, http: HttpOptions) -> Result<()> {
                             .get(hyper::header::AUTHORIZATION)
                             .map(|v| v.as_bytes());
                         if !bearer_matches(presented, token) {
-                            return Ok(respond(
-                                StatusCode::UNAUTHORIZED,
-                                "missing or wrong bearer token",
-                            ));
+                            let mut r =
+                                respond(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
+                            // A static token: no OAuth metadata to discover.
+                            r.headers_mut().insert(
+                                hyper::header::WWW_AUTHENTICATE,
+                                hyper::header::HeaderValue::from_static("Bearer"),
+                            );
+                            return Ok(r);
                         }
                     }
                     let mut req = req;

@@ -5,12 +5,13 @@
 use super::McpOptions;
 use crate::codec::Codec;
 use crate::rpc::context::CallCtx;
+use crate::rpc::errors::RpcError;
 use crate::rpc::outbox::{Note, Outbox};
 use crate::runtime::Runtime;
 use serde_json::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 /// Notifications of one request waiting for their reader at most.
 const NOTES: usize = 64;
@@ -23,6 +24,9 @@ pub struct Requests {
     pub background: Arc<Mutex<tokio::task::JoinSet<()>>>,
     /// Ids of the EPP requests (for logs).
     calls: AtomicU64,
+    /// `--max-concurrent`: EPP requests running at once, tool calls (held
+    /// ones too), resource reads and subscriptions' watches alike.
+    slots: Arc<Semaphore>,
 }
 
 impl Requests {
@@ -30,10 +34,24 @@ impl Requests {
         Requests {
             codec: Arc::new(Codec::new(&runtime.exports, opts.serve.max_param_bytes)),
             runtime,
-            opts,
             background: Arc::new(Mutex::new(tokio::task::JoinSet::new())),
             calls: AtomicU64::new(0),
+            slots: Arc::new(Semaphore::new(opts.serve.max_concurrent)),
+            opts,
         }
+    }
+
+    /// Room for one more EPP request, held until it ends; a retryable error
+    /// when `--max-concurrent` are running, as `epp-host run` answers.
+    pub fn slot(&self) -> Result<OwnedSemaphorePermit, RpcError> {
+        self.slots.clone().try_acquire_owned().map_err(|_| {
+            RpcError::fault(format!(
+                "too many requests in flight (limit {}, --max-concurrent)",
+                self.opts.serve.max_concurrent
+            ))
+            .hint("retry when some have finished")
+            .retryable()
+        })
     }
 
     /// The context of one EPP request (output kept up to `room` bytes), and

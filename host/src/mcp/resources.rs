@@ -35,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 pub const SUBSCRIPTIONS: usize = 64;
 
 /// One method that reads resources, as this server serves it.
+#[derive(Clone)]
 struct Served {
     method: &'static Method,
     tool: Option<&'static Tool>,
@@ -45,19 +46,22 @@ struct Served {
     watcher: Option<&'static Method>,
 }
 
-/// The resources of one server, and its subscriptions.
+/// The resources of one server, and the subscriptions of one session.
 #[derive(Default)]
 pub struct Resources {
     served: Vec<Served>,
     subscriptions: Mutex<HashMap<String, Arc<CancellationToken>>>,
+    /// Cancelled when the session ends: every watch of its subscriptions stops.
+    session: CancellationToken,
 }
 
 impl Resources {
-    /// The resource methods `serves` says yes to.
-    pub fn new(serves: &dyn Fn(&Method) -> bool) -> Resources {
+    /// The resource methods `listed` says yes to (those of the listed
+    /// tools), watched by methods `serves` says yes to.
+    pub fn new(listed: &dyn Fn(&Method) -> bool, serves: &dyn Fn(&Method) -> bool) -> Resources {
         let served = METHODS
             .iter()
-            .filter(|m| serves(m))
+            .filter(|m| listed(m))
             .filter_map(|method| {
                 let resource = method.resource?;
                 let fixed = resource
@@ -79,8 +83,22 @@ impl Resources {
             .collect();
         Resources {
             served,
-            subscriptions: Mutex::default(),
+            ..Resources::default()
         }
+    }
+
+    /// The same resources for another session (over HTTP), with no
+    /// subscriptions: each session's are its own, and end with it.
+    pub fn for_session(&self) -> Resources {
+        Resources {
+            served: self.served.clone(),
+            ..Resources::default()
+        }
+    }
+
+    /// Stops every watch of this session's subscriptions.
+    pub fn end_session(&self) {
+        self.session.cancel();
     }
 
     /// Whether it serves any resource; whether any can be subscribed to.
@@ -204,6 +222,7 @@ impl Resources {
     ) -> Result<ReadResourceResult, McpError> {
         let (served, mut params) = self.find(uri).ok_or_else(|| unknown(uri))?;
         params.extend(served.fixed.clone());
+        let _slot = requests.slot().map_err(|e| resource_error(uri, &e))?;
         let (ctx, _notes) = requests.ctx(requests.opts.serve.max_output_bytes);
         let timeout = requests.opts.serve.call_timeout;
         match run_request(&ctx, served.method.name, params, timeout, cancelled).await {
@@ -226,15 +245,14 @@ impl Resources {
                 return Ok(());
             }
             if subscriptions.len() >= SUBSCRIPTIONS {
-                return Err(McpError::invalid_request(
+                return Err(McpError::invalid_params(
                     format!(
                         "{SUBSCRIPTIONS} subscriptions at once at most: unsubscribe from one first"
                     ),
                     None,
                 ));
             }
-            let stop = CancellationToken::new();
-            let stop = Arc::new(stop);
+            let stop = Arc::new(self.session.child_token());
             subscriptions.insert(uri.clone(), stop.clone());
             stop
         };
@@ -282,7 +300,7 @@ impl Resources {
             .resource_subscriptions
             .clone()
             .unwrap_or_default();
-        let stop = CancellationToken::new();
+        let stop = self.session.child_token();
         let (tx, mut changed) = mpsc::channel::<String>(64);
         let mut watches = tokio::task::JoinSet::new();
         for uri in uris {
@@ -304,6 +322,7 @@ impl Resources {
         loop {
             tokio::select! {
                 () = subscription.cancelled() => break,
+                () = stop.cancelled() => break,
                 uri = changed.recv() => match uri {
                     Some(uri) => {
                         if subscription.sink().notify_resource_updated(uri).await.is_err() {
@@ -335,7 +354,9 @@ impl Resources {
             .into_iter()
             .filter(|(k, _)| watcher.params.contains(&k.as_str()))
             .collect();
+        let slot = requests.slot().map_err(|e| resource_error(uri, &e))?;
         Ok(Watch {
+            _slot: slot,
             requests: requests.clone(),
             method: watcher,
             params,
@@ -348,6 +369,8 @@ impl Resources {
 /// One subscription's watch: the watcher method's request, each of its
 /// events a change of `uri`.
 struct Watch {
+    /// Its room among `--max-concurrent`, held while it runs.
+    _slot: tokio::sync::OwnedSemaphorePermit,
     requests: Arc<Requests>,
     method: &'static Method,
     params: Map<String, Value>,

@@ -37,14 +37,14 @@ const RESERVED: &AsciiSet = &SIMPLE
     .remove(b'=')
     .remove(b'%');
 
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 enum Part {
     Literal(String),
     Var { name: String, reserved: bool },
 }
 
 /// A parsed template.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Template {
     pub text: &'static str,
     parts: Vec<Part>,
