@@ -72,7 +72,7 @@ mod tests {
 
     /// The bound on the whole list of every method's tool, compact JSON
     /// (terminals and `fed.` targets included; what an MCP server lists is
-    /// bounded by `mcp::catalog` and e2e `mcp`).
+    /// bounded by `mcp::catalog` and tests/mcp).
     const LIST_BYTES: usize = 34 * 1024;
     /// The bound on what a client hands its model of each tool: name,
     /// description and input schema.

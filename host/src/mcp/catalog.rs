@@ -131,7 +131,7 @@ mod tests {
 
     /// The bound on `tools/list` per tool, on average (compact JSON): the
     /// 26 KiB asked of the whole list over the 40 tools of a provider with
-    /// every capability but terminals (e2e `mcp` measures a real provider's).
+    /// every capability but terminals (tests/mcp measures a real provider's).
     const PER_TOOL: usize = 26 * 1024 / 40;
 
     fn everything() -> Catalog {
