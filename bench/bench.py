@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CONTENDERS = ("epp", "sdk", "raw")
-# Workload 15 (issue 22): `epp-host mcp` and OpenSandbox's own MCP server, through
+# The MCP workload (issue 22): `epp-host mcp` and OpenSandbox's own MCP server, through
 # one MCP client (bench/drivers/mcp.py).
 MCP_CONTENDERS = ("epp", "osmcp")
 
@@ -51,10 +51,10 @@ TRANSFER_BYTES = 256 << 20
 # event, and the Python SDK reads to the end, which would hide every other cost.
 # Workload 2 is also measured once with the default grace, as users see it.
 NO_GRACE = {"EXECD_API_GRACE_SHUTDOWN": "0"}
-# The image of the shared sandboxes and of workload 15's create/kill cycles (workload
-# 6's drivers name the same).
+# The image of the shared sandboxes and of the MCP workload's create/kill cycles
+# (workload 6's drivers name the same).
 IMAGE = "python:3.12-slim"
-# Workload 15: what a model is shown for a failing command and a missing file.
+# The MCP workload: what a model is shown for a failing command and a missing file.
 MCP_FAIL_CMD = "ls /nope"
 MCP_MISSING_PATH = "/nope"
 
@@ -109,7 +109,7 @@ class Bench:
         return self.spawn(f"{contender} {workload}", argv)
 
     def drive_mcp(self, contender: str, workload: str, args: dict) -> dict:
-        """Workload 15: one MCP server (`epp` or `osmcp`) driven by drivers/mcp.py
+        """The MCP workload: one MCP server (`epp` or `osmcp`) driven by drivers/mcp.py
         in the MCP venv, in a fresh process."""
         argv = [self.o.mcp_python, os.path.join(HERE, "drivers", "mcp.py"), contender, workload, json.dumps(args)]
         return self.spawn(f"mcp {contender} {workload}", argv)
@@ -356,7 +356,7 @@ class Bench:
     # ------------------------------------------------------------ issue 22: MCP
 
     def mcp_list(self, rnd: int) -> None:
-        """W15: each MCP server after initialize and tools/list: the listing
+        """MCP: each MCP server after initialize and tools/list: the listing
         (tools, bytes of its result's JSON) and the server process's memory,
         one second idle."""
         for c in self.order(rnd, MCP_CONTENDERS):
@@ -365,19 +365,19 @@ class Bench:
                                                            "server_hwm_kib", "protocol", "server")})
 
     def mcp_run(self, rnd: int) -> None:
-        """W15: `commands_run "true"` / opensandbox-mcp's `command_run "true"`."""
+        """MCP: `commands_run "true"` / opensandbox-mcp's `command_run "true"`."""
         for c in self.order(rnd, MCP_CONTENDERS):
             a = {"sandbox": self.box[0], "n": self.o.calls, "warmup": 20}
             self.record("mcp_run", c, self.drive_mcp(c, "run", a)["lat_us"])
 
     def mcp_cycle(self, rnd: int) -> None:
-        """W15: `sandbox_create` then `sandbox_kill` through each server."""
+        """MCP: `sandbox_create` then `sandbox_kill` through each server."""
         for c in self.order(rnd, MCP_CONTENDERS):
             a = {"n": self.o.cycles, "image": IMAGE}
             self.record("mcp_cycle", c, self.drive_mcp(c, "cycle", a)["cycle_us"])
 
     def mcp_errors(self, rnd: int) -> None:
-        """W15 (first round only: nothing here is timed): each server's result for a
+        """MCP (first round only: nothing here is timed): each server's result for a
         failing command and for reading a missing file, as the client gets it."""
         for c in self.order(rnd, MCP_CONTENDERS):
             a = {"sandbox": self.box[0], "cmd": MCP_FAIL_CMD, "path": MCP_MISSING_PATH}
@@ -486,14 +486,14 @@ def main() -> None:
     p.add_argument("--raw", required=True, help="the raw HTTP client (bench/raw)")
     p.add_argument("--sdk-python", required=True, help="python of the SDK venv")
     p.add_argument("--mcp-python", required=True,
-                   help="python of the MCP venv (mcp==2.3.0, opensandbox-mcp==1.1.1; workload 15)")
+                   help="python of the MCP venv (mcp==2.3.0, opensandbox-mcp==1.1.1; the MCP workload)")
     p.add_argument("--out", required=True, help="where the samples go (JSON)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--short-rounds", type=int, default=3,
-                   help="rounds of the slow workloads (6, W2 with grace, 15's create/kill)")
-    p.add_argument("--calls", type=int, default=200, help="workloads 2, 8, 9, 15: timed calls per round")
+                   help="rounds of the slow workloads (6, W2 with grace, MCP create/kill)")
+    p.add_argument("--calls", type=int, default=200, help="workloads 2, 8, 9, MCP: timed calls per round")
     p.add_argument("--batches", type=int, default=3, help="workload 5: timed batches of 64 per round")
-    p.add_argument("--cycles", type=int, default=2, help="workloads 6, 15: create/kill cycles per round")
+    p.add_argument("--cycles", type=int, default=2, help="workloads 6, MCP: create/kill cycles per round")
     p.add_argument("--reps-start", type=int, default=8, help="workload 1: warm starts per round")
     p.add_argument("--watch-writes", type=int, default=20, help="workload 10: timed writes per round")
     p.add_argument("--watch-idle", type=float, default=6.0,

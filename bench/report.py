@@ -370,7 +370,7 @@ QUOTE_CHARS = 400
 
 
 def mcp_stats(samples: dict) -> dict:
-    """Per MCP server (workload 15): the listing, memory, latencies and the
+    """Per MCP server (the MCP workload, issue 22): the listing, memory, latencies and the
     results of the failing calls, and per-round values for paired ratios."""
     out: dict = {}
     for c in MCP_NAMES:
@@ -405,7 +405,7 @@ def mcp_targets(st: Stats) -> list[tuple[str, str, str, bool | None]]:
     ms_ = mcp_stats(st.s)
     if "run_p50" not in ms_.get("epp", {}) or "run_p50" not in ms_.get("osmcp", {}):
         return []
-    return [("15. MCP: `commands_run \"true\"` p50 vs opensandbox-mcp's `command_run` (issue 22: ≤ 0.6×)",
+    return [("MCP: `commands_run \"true\"` p50 vs opensandbox-mcp's `command_run` (issue 22: ≤ 0.6×)",
              "≤ 0.6×", files_ratio(ms_, "run_p50", "epp", "osmcp"),
              files_paired(ms_, "run_p50", "epp", "osmcp")[0] <= 0.6)]
 
@@ -447,7 +447,7 @@ def indent(block: str) -> str:
 
 
 def mcp_section(data: dict) -> str:
-    """Workload 15: `epp-host mcp` vs opensandbox-mcp through one MCP client."""
+    """The MCP workload (issue 22): `epp-host mcp` vs opensandbox-mcp through one MCP client."""
     ms_ = mcp_stats(data["samples"])
     if not ms_:
         return ""
@@ -475,7 +475,7 @@ def mcp_section(data: dict) -> str:
     rounds = max(len(d["rounds"].get("run_p50", [])) for d in ms_.values())
     return f"""## MCP: epp-host mcp vs opensandbox-mcp
 
-Workload 15 (issue 22): `epp-host mcp` with the signed component against OpenSandbox's own
+Issue 22: `epp-host mcp` with the signed component against OpenSandbox's own
 MCP server, `opensandbox-mcp` 1.1.1 from PyPI, on the same testbed and sandboxes, both
 on stdio and both spawned and driven by the same client, the official Python MCP SDK
 (`bench/drivers/mcp.py`; its venv holds {m.get('mcp') or 'mcp 2.3.0, opensandbox-mcp 1.1.1'}).

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Workload 15 (issue 22): two MCP servers for OpenSandbox through one client.
+"""The MCP workload (issue 22): two MCP servers for OpenSandbox through one client.
 
     <mcp venv python> mcp.py <contender> <workload> '<json args>'
 
