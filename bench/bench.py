@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs the ten workloads for every contender against one testbed, in
+"""Runs the workloads for every contender against one testbed, in
 interleaved rounds, and writes the raw samples to a JSON file.
 
 Started by bench/run (which builds everything and starts the testbed); see
@@ -25,6 +25,9 @@ from datetime import datetime, timezone
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CONTENDERS = ("epp", "sdk", "raw")
+# The MCP workload (issue 22): `epp-host mcp` and OpenSandbox's own MCP server, through
+# one MCP client (bench/drivers/mcp.py).
+MCP_CONTENDERS = ("epp", "osmcp")
 
 # 64 MiB of 1 KiB lines (1023 characters + "\n"): 65,536 output events, as execd
 # sends one event per line.
@@ -48,6 +51,12 @@ TRANSFER_BYTES = 256 << 20
 # event, and the Python SDK reads to the end, which would hide every other cost.
 # Workload 2 is also measured once with the default grace, as users see it.
 NO_GRACE = {"EXECD_API_GRACE_SHUTDOWN": "0"}
+# The image of the shared sandboxes and of the MCP workload's create/kill cycles
+# (workload 6's drivers name the same).
+IMAGE = "python:3.12-slim"
+# The MCP workload: what a model is shown for a failing command and a missing file.
+MCP_FAIL_CMD = "ls /nope"
+MCP_MISSING_PATH = "/nope"
 
 
 def log(msg: str) -> None:
@@ -84,7 +93,7 @@ class Bench:
     def create_sandbox(self, env: dict) -> tuple[str, str]:
         """A shared sandbox (id, execd endpoint), made outside every contender."""
         box = self.api("POST", "/v1/sandboxes", {
-            "image": {"uri": "python:3.12-slim"}, "entrypoint": ["tail", "-f", "/dev/null"],
+            "image": {"uri": IMAGE}, "entrypoint": ["tail", "-f", "/dev/null"],
             "timeout": 3600, "resourceLimits": {"cpu": "1", "memory": "2Gi"},
             "env": env, "metadata": {"bench": "shared"}})
         ep = self.api("GET", f"/v1/sandboxes/{box['id']}/endpoints/44772")
@@ -97,9 +106,18 @@ class Bench:
         else:
             python = sys.executable if contender == "epp" else self.o.sdk_python
             argv = [python, os.path.join(HERE, "drivers", f"{contender}.py"), workload, json.dumps(args)]
+        return self.spawn(f"{contender} {workload}", argv)
+
+    def drive_mcp(self, contender: str, workload: str, args: dict) -> dict:
+        """The MCP workload: one MCP server (`epp` or `osmcp`) driven by drivers/mcp.py
+        in the MCP venv, in a fresh process."""
+        argv = [self.o.mcp_python, os.path.join(HERE, "drivers", "mcp.py"), contender, workload, json.dumps(args)]
+        return self.spawn(f"mcp {contender} {workload}", argv)
+
+    def spawn(self, what: str, argv: list[str]) -> dict:
         out = subprocess.run(argv, env=self.env, capture_output=True, timeout=600)
         if out.returncode != 0:
-            raise RuntimeError(f"{contender} {workload} failed (exit {out.returncode}):\n"
+            raise RuntimeError(f"{what} failed (exit {out.returncode}):\n"
                                f"{out.stderr.decode(errors='replace')[-3000:]}")
         return json.loads(out.stdout.decode().strip().splitlines()[-1])
 
@@ -335,6 +353,37 @@ class Bench:
                 raise RuntimeError(f"{c} code stream delivered {r['text_bytes']} bytes, not {CODE_PRINT_BYTES}")
             self.record("code_stream", c, {"mib_s": (CODE_PRINT_BYTES / (1 << 20)) / r["secs"], "secs": r["secs"]})
 
+    # ------------------------------------------------------------ issue 22: MCP
+
+    def mcp_list(self, rnd: int) -> None:
+        """MCP: each MCP server after initialize and tools/list: the listing
+        (tools, bytes of its result's JSON) and the server process's memory,
+        one second idle."""
+        for c in self.order(rnd, MCP_CONTENDERS):
+            r = self.drive_mcp(c, "idle", {"settle_s": 1.0})
+            self.record("mcp_list", c, {k: r[k] for k in ("tools", "list_bytes", "names", "server_rss_kib",
+                                                           "server_hwm_kib", "protocol", "server")})
+
+    def mcp_run(self, rnd: int) -> None:
+        """MCP: `commands_run "true"` / opensandbox-mcp's `command_run "true"`."""
+        for c in self.order(rnd, MCP_CONTENDERS):
+            a = {"sandbox": self.box[0], "n": self.o.calls, "warmup": 20}
+            self.record("mcp_run", c, self.drive_mcp(c, "run", a)["lat_us"])
+
+    def mcp_cycle(self, rnd: int) -> None:
+        """MCP: `sandbox_create` then `sandbox_kill` through each server."""
+        for c in self.order(rnd, MCP_CONTENDERS):
+            a = {"n": self.o.cycles, "image": IMAGE}
+            self.record("mcp_cycle", c, self.drive_mcp(c, "cycle", a)["cycle_us"])
+
+    def mcp_errors(self, rnd: int) -> None:
+        """MCP (first round only: nothing here is timed): each server's result for a
+        failing command and for reading a missing file, as the client gets it."""
+        for c in self.order(rnd, MCP_CONTENDERS):
+            a = {"sandbox": self.box[0], "cmd": MCP_FAIL_CMD, "path": MCP_MISSING_PATH}
+            r = self.drive_mcp(c, "errors", a)
+            self.record("mcp_errors", c, {k: r[k] for k in ("failed_command", "missing_file")})
+
     # ------------------------------------------------------------ the run
 
     def machine(self) -> dict:
@@ -361,6 +410,9 @@ class Bench:
             "sdk": cmd([self.o.sdk_python, "-c",
                         "import importlib.metadata as m; print('opensandbox', m.version('opensandbox'), "
                         "'httpx', m.version('httpx'))"]),
+            "mcp": cmd([self.o.mcp_python, "-c",
+                        "import importlib.metadata as m; print('mcp', m.version('mcp') + ', opensandbox-mcp', "
+                        "m.version('opensandbox-mcp'))"]),
             "server": "opensandbox-server 1.1.1 (tests/testbed, local-process runtime)",
             "component_bytes": os.path.getsize(self.o.wasm),
             "host_binary_bytes": os.path.getsize(self.o.host),
@@ -377,6 +429,7 @@ class Bench:
             "stream_bytes": STREAM_BYTES, "stream_line": STREAM_LINE, "file_bytes": FILE_BYTES,
             "many_files": MANY_FILES, "small_file": SMALL_FILE, "transfer_bytes": TRANSFER_BYTES,
             "code_expr": CODE_EXPR, "code_print_bytes": CODE_PRINT_BYTES,
+            "image": IMAGE, "mcp_fail_cmd": MCP_FAIL_CMD, "mcp_missing_path": MCP_MISSING_PATH,
         }
         log("creating the shared sandboxes")
         made = [self.create_sandbox(NO_GRACE) for _ in range(8)]
@@ -393,14 +446,20 @@ class Bench:
                  ("sessions.run round trip", self.session_run), ("stdin round trip", self.stdin_round_trip),
                  ("files.watch latency", self.watch), ("100 small files", self.files_many),
                  ("256 MiB through transfer URLs", self.transfer),
-                 ("code.run round trip", self.code_run), ("code output streaming", self.code_stream)]
+                 ("code.run round trip", self.code_run), ("code output streaming", self.code_stream),
+                 ("MCP servers: tools/list, idle memory", self.mcp_list),
+                 ("MCP servers: commands_run round trip", self.mcp_run),
+                 ("MCP servers: create/kill cycle", self.mcp_cycle),
+                 ("MCP servers: what a failed call shows", self.mcp_errors)]
         if self.o.only:
             keep = set(self.o.only.split(","))
             steps = [(n, st) for n, st in steps if st.__name__ in keep]
         try:
             for rnd in range(self.o.rounds):
                 for name, step in steps:
-                    if step in (self.cycle, self.run_true_grace) and rnd >= self.o.short_rounds:
+                    if step in (self.cycle, self.run_true_grace, self.mcp_cycle) and rnd >= self.o.short_rounds:
+                        continue
+                    if step == self.mcp_errors and rnd > 0:
                         continue
                     log(f"round {rnd + 1}/{self.o.rounds}: {name}")
                     step(rnd)
@@ -426,19 +485,22 @@ def main() -> None:
     p.add_argument("--trusted-key", required=True)
     p.add_argument("--raw", required=True, help="the raw HTTP client (bench/raw)")
     p.add_argument("--sdk-python", required=True, help="python of the SDK venv")
+    p.add_argument("--mcp-python", required=True,
+                   help="python of the MCP venv (mcp==2.3.0, opensandbox-mcp==1.1.1; the MCP workload)")
     p.add_argument("--out", required=True, help="where the samples go (JSON)")
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--short-rounds", type=int, default=3, help="rounds of the slow workloads (6, W2 with grace)")
-    p.add_argument("--calls", type=int, default=200, help="workloads 2, 8, 9: timed calls per round")
+    p.add_argument("--short-rounds", type=int, default=3,
+                   help="rounds of the slow workloads (6, W2 with grace, MCP create/kill)")
+    p.add_argument("--calls", type=int, default=200, help="workloads 2, 8, 9, MCP: timed calls per round")
     p.add_argument("--batches", type=int, default=3, help="workload 5: timed batches of 64 per round")
-    p.add_argument("--cycles", type=int, default=2, help="workload 6: cycles per round")
+    p.add_argument("--cycles", type=int, default=2, help="workloads 6, MCP: create/kill cycles per round")
     p.add_argument("--reps-start", type=int, default=8, help="workload 1: warm starts per round")
     p.add_argument("--watch-writes", type=int, default=20, help="workload 10: timed writes per round")
     p.add_argument("--watch-idle", type=float, default=6.0,
                    help="workload 10: seconds an idle watch's requests are counted (short rounds)")
     p.add_argument("--only", default="", help="comma list of steps (cold_start, idle, run_true, stream, files, "
                    "concurrent, cycle, run_true_grace, session_run, stdin_round_trip, watch, files_many, transfer, "
-                   "code_run, code_stream); "
+                   "code_run, code_stream, mcp_list, mcp_run, mcp_cycle, mcp_errors); "
                    "the report needs all of them")
     Bench(p.parse_args()).main()
 

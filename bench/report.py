@@ -278,6 +278,8 @@ def files_stats(samples: dict) -> dict:
 
 
 def files_paired(fs: dict, metric: str, a: str, b: str) -> tuple[float, float, float]:
+    """a's value of `metric` over b's, round by round, in a {contender: {"rounds": …}}
+    dict (files_stats', mcp_stats'): median, min, max."""
     xs, ys = fs.get(a, {}).get("rounds", {}).get(metric, []), fs.get(b, {}).get("rounds", {}).get(metric, [])
     ratios = [x / y for x, y in zip(xs, ys) if y]
     return (median(ratios), min(ratios), max(ratios)) if ratios else (math.nan,) * 3
@@ -360,6 +362,155 @@ def files_section(st: Stats, data: dict) -> str:
 """
 
 
+# ---------------------------------------------------------------- issue 22: MCP
+
+MCP_NAMES = {"epp": "`epp-host mcp`", "osmcp": "`opensandbox-mcp` 1.1.1"}
+# Characters of a result's text quoted in the report.
+QUOTE_CHARS = 400
+
+
+def mcp_stats(samples: dict) -> dict:
+    """Per MCP server (the MCP workload, issue 22): the listing, memory, latencies and the
+    results of the failing calls, and per-round values for paired ratios."""
+    out: dict = {}
+    for c in MCP_NAMES:
+        m: dict = {"rounds": {}}
+        lists = samples.get("mcp_list", {}).get(c, [])
+        if lists:
+            m.update(tools=median([r["tools"] for r in lists]), list_bytes=median([r["list_bytes"] for r in lists]),
+                     names=lists[0].get("names", []), protocol=lists[0].get("protocol", ""),
+                     server=lists[0].get("server", ""),
+                     list_bytes_all=sorted({r["list_bytes"] for r in lists}),
+                     rss=median([r["server_rss_kib"] for r in lists]), hwm=median([r["server_hwm_kib"] for r in lists]))
+            m["rounds"].update(rss=[r["server_rss_kib"] for r in lists])
+        runs = samples.get("mcp_run", {}).get(c, [])
+        if runs:
+            pooled = [x for r in runs for x in r]
+            m.update(run_p50=median(pooled), run_p99=pct(pooled, 99), run_n=len(pooled))
+            m["rounds"].update(run_p50=[median(r) for r in runs])
+        cycles = samples.get("mcp_cycle", {}).get(c, [])
+        if cycles:
+            pooled = [x for r in cycles for x in r]
+            m.update(cycle=median(pooled), cycle_n=len(pooled), cycle_all=pooled)
+            m["rounds"].update(cycle=[median(r) for r in cycles])
+        errors = samples.get("mcp_errors", {}).get(c, [])
+        if errors:
+            m["errors"] = errors[0]
+        if len(m) > 1:
+            out[c] = m
+    return out
+
+
+def mcp_targets(st: Stats) -> list[tuple[str, str, str, bool | None]]:
+    ms_ = mcp_stats(st.s)
+    if "run_p50" not in ms_.get("epp", {}) or "run_p50" not in ms_.get("osmcp", {}):
+        return []
+    return [("MCP: `commands_run \"true\"` p50 vs opensandbox-mcp's `command_run` (issue 22: ≤ 0.6×)",
+             "≤ 0.6×", files_ratio(ms_, "run_p50", "epp", "osmcp"),
+             files_paired(ms_, "run_p50", "epp", "osmcp")[0] <= 0.6)]
+
+
+def quote(text: str) -> str:
+    """A result's text as a fenced block, cut at QUOTE_CHARS characters."""
+    shown = text if len(text) <= QUOTE_CHARS else text[:QUOTE_CHARS] + f"… ({len(text):,} characters in all)"
+    fence = "```"
+    while fence in shown:
+        fence += "`"
+    return f"{fence}text\n{shown}\n{fence}"
+
+
+def mcp_error_quotes(ms_: dict) -> str:
+    parts = []
+    for key, what in (("failed_command", "A failing command"), ("missing_file", "Reading a missing file")):
+        parts.append(f"**{what}**\n")
+        for c, name in MCP_NAMES.items():
+            got = ms_.get(c, {}).get("errors", {}).get(key)
+            if got is None:
+                continue
+            args = json.dumps({k: v for k, v in got["arguments"].items() if k != "sandbox_id"}, ensure_ascii=False)
+            call = f"`{got['tool']}` with `{args}` (and the shared sandbox's `sandbox_id`)"
+            if "client_error" in got:
+                parts.append(f"- {name}, {call}: the client raised instead of returning a result:\n\n"
+                             + indent(quote(got["client_error"])) + "\n")
+                continue
+            parts.append(f"- {name}, {call}: `isError: {str(got['is_error']).lower()}`, text:\n\n"
+                         + indent(quote(got["text"])) + "\n")
+    return "\n".join(parts)
+
+
+def names(d: dict) -> str:
+    return ", ".join(f"`{n}`" for n in d.get("names", [])) or "–"
+
+
+def indent(block: str) -> str:
+    return "\n".join("  " + line if line else line for line in block.split("\n"))
+
+
+def mcp_section(data: dict) -> str:
+    """The MCP workload (issue 22): `epp-host mcp` vs opensandbox-mcp through one MCP client."""
+    ms_ = mcp_stats(data["samples"])
+    if not ms_:
+        return ""
+    cfg, m = data["config"], data["machine"]
+    e, o = ms_.get("epp", {}), ms_.get("osmcp", {})
+    get = lambda d, k, show: show(d[k]) if k in d else "–"  # noqa: E731
+    count = lambda x: f"{x:,.0f}"  # noqa: E731
+    per_tool = lambda d: f"{d['list_bytes'] / d['tools']:,.0f}" if "tools" in d else "–"  # noqa: E731
+    size = lambda: ratio(e["list_bytes"], o["list_bytes"]) if "list_bytes" in e and "list_bytes" in o else "–"  # noqa: E731
+    mib = lambda kib: fmt(kib / 1024)  # noqa: E731
+    rows = [
+        ["tools in `tools/list`", get(e, "tools", count), get(o, "tools", count), "–"],
+        ["`tools/list` result, compact JSON (bytes)", get(e, "list_bytes", count), get(o, "list_bytes", count), size()],
+        ["the same per tool (bytes)", per_tool(e), per_tool(o), "–"],
+        ["`commands_run \"true\"` / `command_run \"true\"`, p50 (ms)", get(e, "run_p50", ms), get(o, "run_p50", ms),
+         files_ratio(ms_, "run_p50", "epp", "osmcp")],
+        ["the same, p99 (ms)", get(e, "run_p99", ms), get(o, "run_p99", ms), "–"],
+        [f"`sandbox_create` → `sandbox_kill` of `{cfg.get('image', 'python:3.12-slim')}`, p50 (ms)",
+         get(e, "cycle", ms), get(o, "cycle", ms), files_ratio(ms_, "cycle", "epp", "osmcp")],
+        ["RSS of the server process, idle after initialize + tools/list (MiB)", get(e, "rss", mib), get(o, "rss", mib),
+         files_ratio(ms_, "rss", "epp", "osmcp")],
+    ]
+    text = table(["", MCP_NAMES["epp"], MCP_NAMES["osmcp"], "epp / theirs"], rows)
+    varied = [c for c, d in ms_.items() if len(d.get("list_bytes_all", [])) > 1]
+    rounds = max(len(d["rounds"].get("run_p50", [])) for d in ms_.values())
+    return f"""## MCP: epp-host mcp vs opensandbox-mcp
+
+Issue 22: `epp-host mcp` with the signed component against OpenSandbox's own
+MCP server, `opensandbox-mcp` 1.1.1 from PyPI, on the same testbed and sandboxes, both
+on stdio and both spawned and driven by the same client, the official Python MCP SDK
+(`bench/drivers/mcp.py`; its venv holds {m.get('mcp') or 'mcp 2.3.0, opensandbox-mcp 1.1.1'}).
+
+{text}
+
+- **Listing**: the `result` of `tools/list` as the client received it, written as compact
+  JSON (UTF-8; both servers send it so), after the `initialize` handshake (protocol
+  {e.get('protocol') or '–'} with ours, {o.get('protocol') or '–'} with theirs).{" It differed between rounds for " + ", ".join(varied) + "." if varied else " The same in every round."}
+  {MCP_NAMES['epp']} lists one tool per EPP method the provider serves (docs/mcp.md);
+  `opensandbox-mcp`'s are {names(o)}.
+- **Round trip**: `session.call_tool(...)` timed around the call, {cfg['calls']} calls per round
+  after 20 warm-up calls ({e.get('run_n', 0)} samples per server), in the shared sandbox of
+  workload 2; the client validates each result against the tool's `outputSchema` (both
+  servers declare one). Ours: `commands_run {{sandbox_id, cmd: "true"}}`; theirs:
+  `command_run {{sandbox_id, command: "true", connect_if_missing: true}}` (it serves only
+  sandboxes in its own registry unless told to connect; the first call, a warm-up, connects).
+  The ratio is taken within each of {rounds} rounds, as in the tables above.
+- **Create → kill**: `sandbox_create` (ours `{{template, metadata}}`, theirs `{{image,
+  metadata}}`; each waits until the sandbox answers, theirs then also fetches its info) then
+  `sandbox_kill`, {cfg['cycles']} per round in {min(cfg['rounds'], cfg.get('short_rounds', 3))} round(s)
+  ({e.get('cycle_n', 0)} cycles per server), with the image of every other workload.
+- **Memory**: VmRSS of the server process (epp-host itself; the Python process of
+  `opensandbox-mcp`) one second after `tools/list`, median over rounds; peak (VmHWM)
+  {get(e, 'hwm', mib)} and {get(o, 'hwm', mib)} MiB.
+
+### What a model sees when a call fails
+
+The first round, once per server, in the shared sandbox (not timed): `{cfg.get('mcp_fail_cmd', 'ls /nope')}`
+(exit code 2) and a read of `{cfg.get('mcp_missing_path', '/nope')}`. Quoted as the client got
+each result: its `isError` and its text content, verbatim, cut at {QUOTE_CHARS} characters.
+
+{mcp_error_quotes(ms_)}"""
+
+
 def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
@@ -381,7 +532,8 @@ def render(data: dict, chart_name: str) -> str:
     w(f"![epp-host, the Python SDK and the raw HTTP floor, relative to the floor]({chart_name})\n")
     w("## Headline: targets\n")
     w(table(["target", "wanted", "measured", ""],
-            [[name, want, got, verdict(ok)] for name, want, got, ok in targets(st, m) + files_targets(st, data)]))
+            [[name, want, got, verdict(ok)]
+             for name, want, got, ok in targets(st, m) + files_targets(st, data) + mcp_targets(st)]))
     w("")
     w("Ratios are epp-host's time over the other's (lower is better) for latencies and memory, "
       "and epp-host's throughput over the other's (higher is better) for MiB/s. Each ratio is "
@@ -486,6 +638,8 @@ def render(data: dict, chart_name: str) -> str:
   after the clock stops; decoding the {e.get('stream_notes', 0):,.0f} notifications of one run with
   Python's `json` takes a further {e.get('stream_decode_s', math.nan) * 1000:.0f} ms.
 """)
+
+    w(mcp_section(data))
 
     w("## What was measured, and how\n")
     w(f"""- **Contenders**, all on the same testbed (the real `opensandbox-server` 1.1.1 with the
