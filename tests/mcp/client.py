@@ -366,6 +366,38 @@ def start_http_call(host: str, port: int, sid: str, command: str):
     return call
 
 
+async def group_eof(era: str):
+    """A stdio client that exits (end of input) with a commands_run in flight:
+    the call is cancelled and undone, so its process is gone, and the host
+    exits soon after."""
+    h = Host(era)
+    async with h.open():
+        sid = await sandbox(h)
+        try:
+            marker = "sleep 304"
+            other = subprocess.Popen([HOST, "mcp", WASM, "--trusted-key", KEY], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=h.stderr)
+            for line in [
+                {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}},
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                    "name": "commands_run", "arguments": {"sandbox_id": sid, "cmd": marker}}},
+            ]:
+                other.stdin.write((json.dumps(line) + "\n").encode())
+            other.stdin.flush()
+            check(await until(h, sid, marker, True), f"[{era}] `{marker}` never started")
+            other.stdin.close()
+            t0 = time.monotonic()
+            await anyio.to_thread.run_sync(lambda: other.wait(timeout=STEP))
+            exited = time.monotonic() - t0
+            check(await until(h, sid, marker, False), f"[{era}] `{marker}` still runs after its client went away")
+            log(f"[{era}] end of input: the host exited after {exited:.1f} s, `{marker}` is gone")
+        finally:
+            await h.ok("sandbox_kill", {"sandbox_id": sid})
+        h.secrets_check()
+
+
 async def group_wait(era: str):
     """--mcp-wait 3: a longer command answers at the wait with its command_id and
     output so far, keeps running, and commands_connect follows it to its end."""
@@ -550,7 +582,7 @@ def updated(message, uri: str) -> bool:
 
 GROUPS = {
     "tools": group_tools, "results": group_results, "progress": group_progress, "cancel": group_cancel,
-    "http-close": (group_http_close, ("legacy",)), "wait": group_wait, "resources": group_resources, "subscribe": group_subscribe,
+    "http-close": (group_http_close, ("legacy",)), "eof": (group_eof, ("legacy",)), "wait": group_wait, "resources": group_resources, "subscribe": group_subscribe,
     # One era each: the slowest groups, whose protocol parts the others cover in both.
     "two-minutes": (group_two_minutes, ("auto",)), "code": (group_code, ("legacy",)),
 }

@@ -92,6 +92,11 @@ impl Handler {
         }
     }
 
+    /// Cancelled when the client's input ends: the calls in flight stop.
+    pub fn closing(&self) -> CancellationToken {
+        self.requests.closing.clone()
+    }
+
     /// Where detached work of calls runs (ended with the session).
     pub fn background(&self) -> Arc<Mutex<tokio::task::JoinSet<()>>> {
         self.requests.background.clone()
@@ -194,6 +199,7 @@ impl Handler {
                 result = &mut work => break Some(result),
                 () = context.ct.cancelled(), if !stop.is_cancelled() => stop.cancel(),
                 () = closed.cancelled(), if !stop.is_cancelled() => stop.cancel(),
+                () = self.requests.closing.cancelled(), if !stop.is_cancelled() => stop.cancel(),
                 () = &mut wait, if waiting => {
                     waiting = false;
                     overdue = true;

@@ -67,12 +67,47 @@ pub async fn serve(runtime: Arc<Runtime>, opts: McpOptions) -> Result<()> {
         return http::serve(handler, http).await;
     }
     let background = handler.background();
+    let (stdin, stdout) = rmcp::transport::stdio();
+    let stdin = UntilEnd {
+        inner: stdin,
+        ended: handler.closing(),
+    };
     let running = handler
-        .serve(rmcp::transport::stdio())
+        .serve((stdin, stdout))
         .await
         .context("starting the MCP session on stdio")?;
     let _ = running.waiting().await;
     // Detached work (terminal pumps) ends with the session.
     background.lock().expect("lock").abort_all();
     Ok(())
+}
+
+/// The client's input, which says when it ends: a client that exits with
+/// calls in flight has them cancelled and undone (their commands killed), as
+/// `epp-host run` does at end of input, instead of dropped with the process
+/// (rmcp gives running handlers 5 s after end of input, then ends them).
+struct UntilEnd<R> {
+    inner: R,
+    ended: tokio_util::sync::CancellationToken,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for UntilEnd<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        match &polled {
+            std::task::Poll::Ready(Ok(()))
+                if buf.filled().len() == before && buf.remaining() > 0 =>
+            {
+                self.ended.cancel()
+            }
+            std::task::Poll::Ready(Err(_)) => self.ended.cancel(),
+            _ => {}
+        }
+        polled
+    }
 }

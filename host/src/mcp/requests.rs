@@ -27,6 +27,8 @@ pub struct Requests {
     /// `--max-concurrent`: EPP requests running at once, tool calls (held
     /// ones too), resource reads and subscriptions' watches alike.
     slots: Arc<Semaphore>,
+    /// Cancelled when the client's input ends (stdio): calls in flight stop.
+    pub closing: tokio_util::sync::CancellationToken,
 }
 
 impl Requests {
@@ -37,6 +39,7 @@ impl Requests {
             background: Arc::new(Mutex::new(tokio::task::JoinSet::new())),
             calls: AtomicU64::new(0),
             slots: Arc::new(Semaphore::new(opts.serve.max_concurrent)),
+            closing: tokio_util::sync::CancellationToken::new(),
             opts,
         }
     }
