@@ -119,10 +119,16 @@ impl http_body::Body for Guarded {
 pub async fn serve(handler: Handler, http: HttpOptions) -> Result<()> {
     let mut hosts = vec!["localhost".to_string(), "127.0.0.1".into(), "::1".into()];
     hosts.push(http.addr.ip().to_string());
-    let config = StreamableHttpServerConfig::default()
+    let mut config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(hosts)
         .with_allowed_origins(loopback_origins())
         .enforce_origin_validation();
+    if !http.addr.ip().is_loopback() {
+        // Reached by other machines under names of their own (--http-any-address,
+        // which requires the bearer token: that is what a DNS-rebinding page
+        // lacks), so any Host is accepted; Origin is still checked.
+        config = config.disable_allowed_hosts();
+    }
     let service = StreamableHttpService::new(
         move || Ok(handler.for_session()),
         Arc::new(LocalSessionManager::default()),
