@@ -80,6 +80,6 @@ fuzz cases="5000":
 soak secs="600": build
     EPP_SOAK_SECS={{secs}} EPP_SOAK_SAMPLE_SECS=5 EPP_LOAD_ROUNDS=3 scripts/e2e --test load
 
-# Benchmarks beside the official Python SDK and a raw HTTP client; rewrites BENCHMARKS.md (`bench/run --quick` for a smoke run). Not in CI.
+# Benchmarks beside the official Python SDK and a raw HTTP client, and `epp-host mcp` beside opensandbox-mcp 1.1.1; rewrites BENCHMARKS.md (`bench/run --quick` for a smoke run). Not in CI.
 bench *args:
     bench/run {{args}}
