@@ -39,6 +39,9 @@ KEY = os.environ["EPP_TRUSTED_KEY"]
 API_KEY = os.environ["ABX_OPENSANDBOX_API_KEY"]
 TOOLS_LIST_LIMIT = 26 * 1024
 STEP = 120  # seconds any one call may take before the test gives up on it
+# The handshake of the tests that speak JSON-RPC by hand (2025-11-25).
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "epp-mcp-test", "version": "0"}}}
 
 
 class Failed(Exception):
@@ -120,6 +123,20 @@ async def sandbox(h: Host, template: str = "base") -> str:
     return box["sandbox_id"]
 
 
+@asynccontextmanager
+async def with_sandbox(era: str, *flags: str, template: str = "base"):
+    """A fresh host with `flags` and a sandbox of `template` on it, killed at
+    the end; then everything the host said is searched for the API key."""
+    h = Host(era, *flags)
+    async with h.open():
+        sid = await sandbox(h, template)
+        try:
+            yield h, sid
+        finally:
+            await h.ok("sandbox_kill", {"sandbox_id": sid})
+    h.secrets_check()
+
+
 async def sh(h: Host, sid: str, command: str) -> dict:
     return await h.ok("commands_run", {"sandbox_id": sid, "cmd": command})
 
@@ -154,8 +171,7 @@ def raw_tools_list(*flags: str) -> tuple[int, dict, dict]:
             p.stdin.write((json.dumps(obj) + "\n").encode())
             p.stdin.flush()
 
-        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})
+        send(INITIALIZE)
         init = json.loads(p.stdout.readline())
         send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         send({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
@@ -211,100 +227,81 @@ async def group_tools(era: str):
 async def group_results(era: str):
     """Results and errors: exit codes, stdout/stderr apart, EPP errors as
     isError with the code, unknown parameters named, unknown tools refused."""
-    h = Host(era)
-    async with h.open():
-        sid = await sandbox(h)
+    async with with_sandbox(era) as (h, sid):
+        r = await h.call("commands_run", {"sandbox_id": sid, "cmd": "echo out; echo err >&2; exit 3"})
+        check(not r.is_error, f"[{era}] a non-zero exit is an error result: {text(r)}")
+        s = r.structured_content
+        check(s["exit_code"] == 3 and s["stdout"] == "out\n" and s["stderr"] == "err\n", f"[{era}] run: {s}")
+        check(text(r) and "out" in text(r) and len(text(r)) < 2000, f"[{era}] summary: {text(r)!r}")
+
+        w = await h.ok("files_write", {"sandbox_id": sid, "path": "/tmp/mcp.txt", "content": "héllo\n"})
+        check(w.get("size") == 7, f"[{era}] files_write answered {w}")
+        rd = await h.ok("files_read", {"sandbox_id": sid, "path": "/tmp/mcp.txt"})
+        check(rd.get("content") == "héllo\n", f"[{era}] files_read answered {rd}")
+
+        r = await h.call("files_read", {"sandbox_id": sid, "path": "/tmp/nope-mcp"})
+        check(r.is_error, f"[{era}] reading a missing file is not isError: {dump(r)}")
+        check(text(r).startswith("E4004") and "/tmp/nope-mcp" in text(r), f"[{era}] missing file text {text(r)!r}")
+        err = (r.structured_content or {}).get("error", {})
+        check(err.get("code") == "E4004" and err.get("message") and err.get("retryable") is False,
+              f"[{era}] structuredContent.error {err}")
+
+        r = await h.call("commands_run", {"sandbox_id": sid, "cmd": "true", "bogus": 1})
+        check(r.is_error and "bogus" in text(r) and text(r).startswith("E1001"),
+              f"[{era}] unknown parameter: {dump(r)}")
+        r = await h.call("commands_run", {"sandbox_id": sid, "cmd": "cat", "stdin": True})
+        check(r.is_error and "`stdin`" in text(r), f"[{era}] stdin, which no tool could feed: {dump(r)}")
+        r = await h.call("commands_run", {"sandbox_id": "no-such-sandbox-mcp", "cmd": "true"})
+        check(r.is_error and text(r)[:1] == "E", f"[{era}] unknown sandbox: {dump(r)}")
         try:
-            r = await h.call("commands_run", {"sandbox_id": sid, "cmd": "echo out; echo err >&2; exit 3"})
-            check(not r.is_error, f"[{era}] a non-zero exit is an error result: {text(r)}")
-            s = r.structured_content
-            check(s["exit_code"] == 3 and s["stdout"] == "out\n" and s["stderr"] == "err\n", f"[{era}] run: {s}")
-            check(text(r) and "out" in text(r) and len(text(r)) < 2000, f"[{era}] summary: {text(r)!r}")
-
-            w = await h.ok("files_write", {"sandbox_id": sid, "path": "/tmp/mcp.txt", "content": "héllo\n"})
-            check(w.get("size") == 7, f"[{era}] files_write answered {w}")
-            rd = await h.ok("files_read", {"sandbox_id": sid, "path": "/tmp/mcp.txt"})
-            check(rd.get("content") == "héllo\n", f"[{era}] files_read answered {rd}")
-
-            r = await h.call("files_read", {"sandbox_id": sid, "path": "/tmp/nope-mcp"})
-            check(r.is_error, f"[{era}] reading a missing file is not isError: {dump(r)}")
-            check(text(r).startswith("E4004") and "/tmp/nope-mcp" in text(r), f"[{era}] missing file text {text(r)!r}")
-            err = (r.structured_content or {}).get("error", {})
-            check(err.get("code") == "E4004" and err.get("message") and err.get("retryable") is False,
-                  f"[{era}] structuredContent.error {err}")
-
-            r = await h.call("commands_run", {"sandbox_id": sid, "cmd": "true", "bogus": 1})
-            check(r.is_error and "bogus" in text(r) and text(r).startswith("E1001"),
-                  f"[{era}] unknown parameter: {dump(r)}")
-            r = await h.call("commands_run", {"sandbox_id": sid, "cmd": "cat", "stdin": True})
-            check(r.is_error and "`stdin`" in text(r), f"[{era}] stdin, which no tool could feed: {dump(r)}")
-            r = await h.call("commands_run", {"sandbox_id": "no-such-sandbox-mcp", "cmd": "true"})
-            check(r.is_error and text(r)[:1] == "E", f"[{era}] unknown sandbox: {dump(r)}")
-            try:
-                r = await h.call("no_such_tool", {})
-                raise Failed(f"[{era}] an unknown tool answered {dump(r)}")
-            except MCPError as e:
-                check("no_such_tool" in str(e), f"[{era}] unknown tool error {e}")
-        finally:
-            await h.ok("sandbox_kill", {"sandbox_id": sid})
-        h.secrets_check()
+            r = await h.call("no_such_tool", {})
+            raise Failed(f"[{era}] an unknown tool answered {dump(r)}")
+        except MCPError as e:
+            check("no_such_tool" in str(e), f"[{era}] unknown tool error {e}")
 
 
 async def group_progress(era: str):
     """Output as notifications/progress when the call carries a progressToken."""
-    h = Host(era)
-    async with h.open():
-        sid = await sandbox(h)
-        try:
-            got: list[tuple[float, str | None]] = []
+    async with with_sandbox(era) as (h, sid):
+        got: list[tuple[float, str | None]] = []
 
-            async def on_progress(progress, total, message):
-                got.append((progress, message))
+        async def on_progress(progress, total, message):
+            got.append((progress, message))
 
-            cmd = "for i in 1 2 3; do echo line$i; sleep 0.3; done"
-            s = await h.ok("commands_run", {"sandbox_id": sid, "cmd": cmd}, progress_callback=on_progress)
-            check(s["stdout"] == "line1\nline2\nline3\n", f"[{era}] output {s}")
-            joined = "".join(m or "" for _, m in got)
-            check(len(got) >= 2 and "line1" in joined and "line3" in joined, f"[{era}] progress {got}")
-            values = [p for p, _ in got]
-            check(values == sorted(values) and values[-1] >= len("line1\nline2\n"), f"[{era}] progress values {values}")
-        finally:
-            await h.ok("sandbox_kill", {"sandbox_id": sid})
-        h.secrets_check()
+        cmd = "for i in 1 2 3; do echo line$i; sleep 0.3; done"
+        s = await h.ok("commands_run", {"sandbox_id": sid, "cmd": cmd}, progress_callback=on_progress)
+        check(s["stdout"] == "line1\nline2\nline3\n", f"[{era}] output {s}")
+        joined = "".join(m or "" for _, m in got)
+        check(len(got) >= 2 and "line1" in joined and "line3" in joined, f"[{era}] progress {got}")
+        values = [p for p, _ in got]
+        check(values == sorted(values) and values[-1] >= len("line1\nline2\n"), f"[{era}] progress values {values}")
 
 
 async def group_cancel(era: str):
     """notifications/cancelled for a running commands_run kills its process."""
-    h = Host(era)
-    async with h.open():
-        sid = await sandbox(h)
-        try:
-            marker = f"sleep 30{era == 'legacy' and 1 or 2}"
-            outcome = {}
+    async with with_sandbox(era) as (h, sid):
+        marker = f"sleep 30{era == 'legacy' and 1 or 2}"
+        outcome = {}
 
-            async def long_call():
-                try:
-                    outcome["result"] = await h.call("commands_run", {"sandbox_id": sid, "cmd": marker})
-                except anyio.get_cancelled_exc_class():
-                    outcome["cancelled"] = True
-                    raise
+        async def long_call():
+            try:
+                outcome["result"] = await h.call("commands_run", {"sandbox_id": sid, "cmd": marker})
+            except anyio.get_cancelled_exc_class():
+                outcome["cancelled"] = True
+                raise
 
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(long_call)
-                check(await until(h, sid, marker, True), f"[{era}] `{marker}` never started in {sid}")
-                tg.cancel_scope.cancel()
-            check(outcome.get("cancelled") and "result" not in outcome, f"[{era}] the call was not cancelled: {outcome}")
-            check(await until(h, sid, marker, False), f"[{era}] `{marker}` still runs after the call was cancelled")
-            log(f"[{era}] cancelled commands_run: `{marker}` is gone from the sandbox")
-        finally:
-            await h.ok("sandbox_kill", {"sandbox_id": sid})
-        h.secrets_check()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(long_call)
+            check(await until(h, sid, marker, True), f"[{era}] `{marker}` never started in {sid}")
+            tg.cancel_scope.cancel()
+        check(outcome.get("cancelled") and "result" not in outcome, f"[{era}] the call was not cancelled: {outcome}")
+        check(await until(h, sid, marker, False), f"[{era}] `{marker}` still runs after the call was cancelled")
+        log(f"[{era}] cancelled commands_run: `{marker}` is gone from the sandbox")
 
 
 async def group_http_close(era: str):
     """Over --http, a client that closes the response stream of a running
     commands_run (no notifications/cancelled) stops the command too."""
-    h = Host(era)
     http_log = tempfile.NamedTemporaryFile(prefix="epp-mcp-http-", suffix=".log", delete=False)
     http = subprocess.Popen([HOST, "mcp", WASM, "--trusted-key", KEY, "--http", "127.0.0.1:0"],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=http_log)
@@ -318,24 +315,19 @@ async def group_http_close(era: str):
             await anyio.sleep(0.05)  # the host writes the line when it listens
         check(address, f"epp-host mcp --http did not say where it listens: {open(http_log.name).read()}")
         host, port = address.rsplit(":", 1)
-        async with h.open():
-            sid = await sandbox(h)
-            try:
-                marker = "sleep 303"
-                conn = await anyio.to_thread.run_sync(start_http_call, host, int(port), sid, marker)
-                check(await until(h, sid, marker, True), f"[{era}] `{marker}` never started over HTTP")
-                conn.close()
-                check(await until(h, sid, marker, False), f"[{era}] `{marker}` still runs after the stream closed")
-                log(f"[{era}] HTTP response stream closed: `{marker}` is gone from the sandbox")
-            finally:
-                await h.ok("sandbox_kill", {"sandbox_id": sid})
+        async with with_sandbox(era) as (h, sid):
+            marker = "sleep 303"
+            conn = await anyio.to_thread.run_sync(start_http_call, host, int(port), sid, marker)
+            check(await until(h, sid, marker, True), f"[{era}] `{marker}` never started over HTTP")
+            conn.close()
+            check(await until(h, sid, marker, False), f"[{era}] `{marker}` still runs after the stream closed")
+            log(f"[{era}] HTTP response stream closed: `{marker}` is gone from the sandbox")
     finally:
         http.terminate()
         http.wait(timeout=30)
     check(API_KEY not in open(http_log.name, encoding="utf-8", errors="replace").read(),
           "the API key appears in the HTTP server's log")
     os.unlink(http_log.name)
-    h.secrets_check()
 
 
 def start_http_call(host: str, port: int, sid: str, command: str):
@@ -350,8 +342,7 @@ def start_http_call(host: str, port: int, sid: str, command: str):
         return conn.getresponse()
 
     c = http.client.HTTPConnection(host, port, timeout=STEP)
-    r = post(c, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})
+    r = post(c, INITIALIZE)
     session = {"Mcp-Session-Id": r.getheader("Mcp-Session-Id") or "",
                "MCP-Protocol-Version": "2025-11-25"}
     r.read()
@@ -370,59 +361,46 @@ async def group_eof(era: str):
     """A stdio client that exits (end of input) with a commands_run in flight:
     the call is cancelled and undone, so its process is gone, and the host
     exits soon after."""
-    h = Host(era)
-    async with h.open():
-        sid = await sandbox(h)
-        try:
-            marker = "sleep 304"
-            other = subprocess.Popen([HOST, "mcp", WASM, "--trusted-key", KEY], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=h.stderr)
-            for line in [
-                {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}},
-                {"jsonrpc": "2.0", "method": "notifications/initialized"},
-                {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-                    "name": "commands_run", "arguments": {"sandbox_id": sid, "cmd": marker}}},
-            ]:
-                other.stdin.write((json.dumps(line) + "\n").encode())
-            other.stdin.flush()
-            check(await until(h, sid, marker, True), f"[{era}] `{marker}` never started")
-            other.stdin.close()
-            t0 = time.monotonic()
-            await anyio.to_thread.run_sync(lambda: other.wait(timeout=STEP))
-            exited = time.monotonic() - t0
-            check(await until(h, sid, marker, False), f"[{era}] `{marker}` still runs after its client went away")
-            log(f"[{era}] end of input: the host exited after {exited:.1f} s, `{marker}` is gone")
-        finally:
-            await h.ok("sandbox_kill", {"sandbox_id": sid})
-        h.secrets_check()
+    async with with_sandbox(era) as (h, sid):
+        marker = "sleep 304"
+        other = subprocess.Popen([HOST, "mcp", WASM, "--trusted-key", KEY], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=h.stderr)
+        for line in [
+            INITIALIZE,
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                "name": "commands_run", "arguments": {"sandbox_id": sid, "cmd": marker}}},
+        ]:
+            other.stdin.write((json.dumps(line) + "\n").encode())
+        other.stdin.flush()
+        check(await until(h, sid, marker, True), f"[{era}] `{marker}` never started")
+        other.stdin.close()
+        t0 = time.monotonic()
+        await anyio.to_thread.run_sync(lambda: other.wait(timeout=STEP))
+        exited = time.monotonic() - t0
+        check(await until(h, sid, marker, False), f"[{era}] `{marker}` still runs after its client went away")
+        log(f"[{era}] end of input: the host exited after {exited:.1f} s, `{marker}` is gone")
 
 
 async def group_wait(era: str):
     """--mcp-wait 3: a longer command answers at the wait with its command_id and
     output so far, keeps running, and commands_connect follows it to its end."""
-    h = Host(era, "--mcp-wait", "3")
-    async with h.open():
-        sid = await sandbox(h)
-        try:
-            marker = uuid.uuid4().hex[:8]
-            cmd = f"echo start-{marker}; sleep 5; echo end-{marker}; exit 4"
-            t0 = time.monotonic()
-            s = await h.ok("commands_run", {"sandbox_id": sid, "cmd": cmd})
-            waited = time.monotonic() - t0
-            check(s.get("running") is True and s.get("command_id"), f"[{era}] not answered at the wait: {s}")
-            check(waited < 5, f"[{era}] answered after {waited:.1f} s with --mcp-wait 3")
-            check(s["stdout"] == f"start-{marker}\n", f"[{era}] output so far {s}")
-            st = await h.ok("commands_status", {"sandbox_id": sid, "command_id": s["command_id"]})
-            check(st.get("running") is True, f"[{era}] commands_status of the held command {st}")
-            end = await follow(h, sid, s["command_id"])
-            check(end["exit_code"] == 4 and end["stdout"] == f"start-{marker}\nend-{marker}\n",
-                  f"[{era}] followed to {end}")
-            again = await h.ok("commands_connect", {"sandbox_id": sid, "command_id": s["command_id"]})
-            check(again.get("exit_code") == 4, f"[{era}] a second follow of the ended command {again}")
-        finally:
-            await h.ok("sandbox_kill", {"sandbox_id": sid})
-        h.secrets_check()
+    async with with_sandbox(era, "--mcp-wait", "3") as (h, sid):
+        marker = uuid.uuid4().hex[:8]
+        cmd = f"echo start-{marker}; sleep 5; echo end-{marker}; exit 4"
+        t0 = time.monotonic()
+        s = await h.ok("commands_run", {"sandbox_id": sid, "cmd": cmd})
+        waited = time.monotonic() - t0
+        check(s.get("running") is True and s.get("command_id"), f"[{era}] not answered at the wait: {s}")
+        check(waited < 5, f"[{era}] answered after {waited:.1f} s with --mcp-wait 3")
+        check(s["stdout"] == f"start-{marker}\n", f"[{era}] output so far {s}")
+        st = await h.ok("commands_status", {"sandbox_id": sid, "command_id": s["command_id"]})
+        check(st.get("running") is True, f"[{era}] commands_status of the held command {st}")
+        end = await follow(h, sid, s["command_id"])
+        check(end["exit_code"] == 4 and end["stdout"] == f"start-{marker}\nend-{marker}\n",
+              f"[{era}] followed to {end}")
+        again = await h.ok("commands_connect", {"sandbox_id": sid, "command_id": s["command_id"]})
+        check(again.get("exit_code") == 4, f"[{era}] a second follow of the ended command {again}")
 
 
 async def follow(h: Host, sid: str, command_id: str, max_follows: int = 10) -> dict:
@@ -436,88 +414,70 @@ async def follow(h: Host, sid: str, command_id: str, max_follows: int = 10) -> d
 async def group_two_minutes(era: str):
     """The issue's case: a 2-minute command with --mcp-wait 10 answers within the
     wait with a command_id, and its output is followed to the end."""
-    h = Host(era, "--mcp-wait", "10")
-    async with h.open():
-        sid = await sandbox(h)
-        try:
-            cmd = "for i in $(seq 1 12); do echo tick$i; sleep 10; done; echo done"
-            t0 = time.monotonic()
-            s = await h.ok("commands_run", {"sandbox_id": sid, "cmd": cmd})
-            check(s.get("running") and s.get("command_id") and time.monotonic() - t0 < 15,
-                  f"[{era}] first answer after {time.monotonic() - t0:.1f} s: {s}")
-            check(s["stdout"].startswith("tick1\n"), f"[{era}] output so far {s}")
-            end = await follow(h, sid, s["command_id"], max_follows=20)
-            want = "".join(f"tick{i}\n" for i in range(1, 13)) + "done\n"
-            took = time.monotonic() - t0
-            check(end["exit_code"] == 0 and end["stdout"] == want, f"[{era}] end {end}")
-            check(took >= 110, f"[{era}] a 2-minute command ended after {took:.0f} s")
-            log(f"[{era}] 2-minute command: answered at the wait, followed to its end at {took:.0f} s")
-        finally:
-            await h.ok("sandbox_kill", {"sandbox_id": sid})
-        h.secrets_check()
+    async with with_sandbox(era, "--mcp-wait", "10") as (h, sid):
+        cmd = "for i in $(seq 1 12); do echo tick$i; sleep 10; done; echo done"
+        t0 = time.monotonic()
+        s = await h.ok("commands_run", {"sandbox_id": sid, "cmd": cmd})
+        check(s.get("running") and s.get("command_id") and time.monotonic() - t0 < 15,
+              f"[{era}] first answer after {time.monotonic() - t0:.1f} s: {s}")
+        check(s["stdout"].startswith("tick1\n"), f"[{era}] output so far {s}")
+        end = await follow(h, sid, s["command_id"], max_follows=20)
+        want = "".join(f"tick{i}\n" for i in range(1, 13)) + "done\n"
+        took = time.monotonic() - t0
+        check(end["exit_code"] == 0 and end["stdout"] == want, f"[{era}] end {end}")
+        check(took >= 110, f"[{era}] a 2-minute command ended after {took:.0f} s")
+        log(f"[{era}] 2-minute command: answered at the wait, followed to its end at {took:.0f} s")
 
 
 async def group_code(era: str):
     """code_run: a matplotlib figure comes back as an image content block."""
-    h = Host(era)
-    async with h.open():
-        sid = await sandbox(h, "code")
-        try:
-            code = ("import matplotlib.pyplot as plt\n"
-                    "fig, ax = plt.subplots()\nax.plot([1, 2, 3], [1, 4, 9])\nplt.close(fig)\nfig")
-            r = await h.call("code_run", {"sandbox_id": sid, "code": code, "timeout": 110},
-                             read_timeout_seconds=180)
-            check(not r.is_error, f"[{era}] code_run failed: {text(r)}")
-            images = [c for c in r.content if c.type == "image"]
-            check(images and images[0].mime_type == "image/png", f"[{era}] no image block: {dump(r)[:600]}")
-            check(base64.b64decode(images[0].data)[:8] == b"\x89PNG\r\n\x1a\n", f"[{era}] the image is no PNG")
-            s = await h.ok("code_run", {"sandbox_id": sid, "code": "6*7"})
-            check(any(x["data"].get("text/plain") == "42" for x in s["results"]), f"[{era}] 6*7 → {s}")
-        finally:
-            await h.ok("sandbox_kill", {"sandbox_id": sid})
-        h.secrets_check()
+    async with with_sandbox(era, template="code") as (h, sid):
+        code = ("import matplotlib.pyplot as plt\n"
+                "fig, ax = plt.subplots()\nax.plot([1, 2, 3], [1, 4, 9])\nplt.close(fig)\nfig")
+        r = await h.call("code_run", {"sandbox_id": sid, "code": code, "timeout": 110},
+                         read_timeout_seconds=180)
+        check(not r.is_error, f"[{era}] code_run failed: {text(r)}")
+        images = [c for c in r.content if c.type == "image"]
+        check(images and images[0].mime_type == "image/png", f"[{era}] no image block: {dump(r)[:600]}")
+        check(base64.b64decode(images[0].data)[:8] == b"\x89PNG\r\n\x1a\n", f"[{era}] the image is no PNG")
+        s = await h.ok("code_run", {"sandbox_id": sid, "code": "6*7"})
+        check(any(x["data"].get("text/plain") == "42" for x in s["results"]), f"[{era}] 6*7 → {s}")
 
 
 async def group_resources(era: str):
     """The file template, reads as text and as blob, a missing file, and a file
     too large for a result coming back as a resource_link."""
-    h = Host(era, "--mcp-inline-bytes", "1000")
-    async with h.open():
+    async with with_sandbox(era, "--mcp-inline-bytes", "1000") as (h, sid):
         templates = (await h.client.list_resource_templates()).resource_templates
         check([t.uri_template for t in templates] == ["sandbox://{sandbox_id}/files/{+path}"],
               f"[{era}] templates {[t.uri_template for t in templates]}")
-        sid = await sandbox(h)
+        await sh(h, sid, "printf 'a,b\\n1,2\\n' > /tmp/t.csv; printf '\\x89PNG\\x00\\xff' > /tmp/b.png;"
+                         " head -c 5000 /dev/zero | tr '\\0' y > /tmp/big.txt")
+        r = await h.client.read_resource(f"sandbox://{sid}/files//tmp/t.csv")
+        h.seen.append(dump(r))
+        c = r.contents[0]
+        check(getattr(c, "text", None) == "a,b\n1,2\n" and c.mime_type == "text/csv", f"[{era}] csv {dump(r)}")
+        r = await h.client.read_resource(f"sandbox://{sid}/files//tmp/b.png")
+        c = r.contents[0]
+        check(getattr(c, "blob", None) and base64.b64decode(c.blob) == b"\x89PNG\x00\xff"
+              and c.mime_type == "image/png", f"[{era}] png {dump(r)}")
         try:
-            await sh(h, sid, "printf 'a,b\\n1,2\\n' > /tmp/t.csv; printf '\\x89PNG\\x00\\xff' > /tmp/b.png;"
-                             " head -c 5000 /dev/zero | tr '\\0' y > /tmp/big.txt")
-            r = await h.client.read_resource(f"sandbox://{sid}/files//tmp/t.csv")
-            h.seen.append(dump(r))
-            c = r.contents[0]
-            check(getattr(c, "text", None) == "a,b\n1,2\n" and c.mime_type == "text/csv", f"[{era}] csv {dump(r)}")
-            r = await h.client.read_resource(f"sandbox://{sid}/files//tmp/b.png")
-            c = r.contents[0]
-            check(getattr(c, "blob", None) and base64.b64decode(c.blob) == b"\x89PNG\x00\xff"
-                  and c.mime_type == "image/png", f"[{era}] png {dump(r)}")
-            try:
-                r = await h.client.read_resource(f"sandbox://{sid}/files//tmp/nope-res")
-                raise Failed(f"[{era}] a missing file read as {dump(r)}")
-            except MCPError as e:
-                # -32002 (resource not found) until 2026-07-28, which made it -32602.
-                want = -32002 if era == "legacy" else -32602
-                check(e.error.code == want and e.error.message.startswith("E4004"), f"[{era}] missing resource: {e.error}")
+            r = await h.client.read_resource(f"sandbox://{sid}/files//tmp/nope-res")
+            raise Failed(f"[{era}] a missing file read as {dump(r)}")
+        except MCPError as e:
+            # -32002 (resource not found) until 2026-07-28, which made it -32602.
+            want = -32002 if era == "legacy" else -32602
+            check(e.error.code == want and e.error.message.startswith("E4004"), f"[{era}] missing resource: {e.error}")
 
-            r = await h.call("files_read", {"sandbox_id": sid, "path": "/tmp/big.txt"})
-            check(not r.is_error, f"[{era}] big read failed {text(r)}")
-            links = [c for c in r.content if c.type == "resource_link"]
-            uri = f"sandbox://{sid}/files//tmp/big.txt"
-            check(links and links[0].uri == uri, f"[{era}] no resource_link for a 5000-byte file: {dump(r)[:600]}")
-            check(r.structured_content == {"uri": uri, "size": 5000}, f"[{era}] {r.structured_content}")
-            check("yyyy" not in dump(r), f"[{era}] the big file's content is in the result")
-            r = await h.client.read_resource(uri)
-            check(r.contents[0].text == "y" * 5000, f"[{era}] the link does not read back the file")
-        finally:
-            await h.ok("sandbox_kill", {"sandbox_id": sid})
-        h.secrets_check()
+        r = await h.call("files_read", {"sandbox_id": sid, "path": "/tmp/big.txt"})
+        check(not r.is_error, f"[{era}] big read failed {text(r)}")
+        links = [c for c in r.content if c.type == "resource_link"]
+        uri = f"sandbox://{sid}/files//tmp/big.txt"
+        check(links and links[0].uri == uri, f"[{era}] no resource_link for a 5000-byte file: {dump(r)[:600]}")
+        check(r.structured_content == {"uri": uri, "size": 5000}, f"[{era}] {r.structured_content}")
+        check("yyyy" not in dump(r), f"[{era}] the big file's content is in the result")
+        r = await h.client.read_resource(uri)
+        check(r.contents[0].text == "y" * 5000, f"[{era}] the link does not read back the file")
 
 
 async def group_subscribe(era: str):
@@ -527,52 +487,46 @@ async def group_subscribe(era: str):
     (the baseline against which changes count), so a file is written, and
     another, until an event names the URI: every write after the baseline
     is one (at most 20 writes, 1.5 s apart at most)."""
-    h = Host(era)
-    async with h.open():
-        sid = await sandbox(h)
-        try:
-            await sh(h, sid, "mkdir -p /tmp/watched")
-            uri = f"sandbox://{sid}/files//tmp/watched"
-            arrived = anyio.Event()
+    async with with_sandbox(era) as (h, sid):
+        await sh(h, sid, "mkdir -p /tmp/watched")
+        uri = f"sandbox://{sid}/files//tmp/watched"
+        arrived = anyio.Event()
 
-            async def writes():
-                for i in range(20):
-                    await h.ok("files_write", {"sandbox_id": sid, "path": f"/tmp/watched/new{i}.txt", "content": "x"})
-                    with anyio.move_on_after(1.5):
-                        await arrived.wait()
-                    if arrived.is_set():
-                        return
-                raise Failed(f"[{era}] 20 files written under {uri}, no resources/updated")
+        async def writes():
+            for i in range(20):
+                await h.ok("files_write", {"sandbox_id": sid, "path": f"/tmp/watched/new{i}.txt", "content": "x"})
+                with anyio.move_on_after(1.5):
+                    await arrived.wait()
+                if arrived.is_set():
+                    return
+            raise Failed(f"[{era}] 20 files written under {uri}, no resources/updated")
 
-            if era == "legacy":
+        if era == "legacy":
+            async def look():
+                while not any(updated(m, uri) for m in h.notifications):
+                    await anyio.sleep(0.05)  # the message handler appends; this only looks
+                arrived.set()
+
+            await h.client.session.subscribe_resource(uri)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(look)
+                await writes()
+                tg.cancel_scope.cancel()
+            await h.client.session.unsubscribe_resource(uri)
+        else:
+            async with h.client.listen(resource_subscriptions=[uri]) as sub:
                 async def look():
-                    while not any(updated(m, uri) for m in h.notifications):
-                        await anyio.sleep(0.05)  # the message handler appends; this only looks
-                    arrived.set()
+                    async for event in sub:
+                        h.seen.append(repr(event))
+                        if getattr(event, "uri", None) == uri:
+                            arrived.set()
+                            return
 
-                await h.client.session.subscribe_resource(uri)
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(look)
                     await writes()
                     tg.cancel_scope.cancel()
-                await h.client.session.unsubscribe_resource(uri)
-            else:
-                async with h.client.listen(resource_subscriptions=[uri]) as sub:
-                    async def look():
-                        async for event in sub:
-                            h.seen.append(repr(event))
-                            if getattr(event, "uri", None) == uri:
-                                arrived.set()
-                                return
-
-                    async with anyio.create_task_group() as tg:
-                        tg.start_soon(look)
-                        await writes()
-                        tg.cancel_scope.cancel()
-            log(f"[{era}] subscription: a write under {uri} arrived as resources/updated")
-        finally:
-            await h.ok("sandbox_kill", {"sandbox_id": sid})
-        h.secrets_check()
+        log(f"[{era}] subscription: a write under {uri} arrived as resources/updated")
 
 
 def updated(message, uri: str) -> bool:
