@@ -79,6 +79,11 @@ impl Catalog {
     pub fn get(&self, name: &str) -> Option<&Listed> {
         self.by_name.get(name).map(|i| &self.listed[*i])
     }
+
+    /// Whether the tool of EPP method `method` is listed.
+    pub fn lists(&self, method: &str) -> bool {
+        self.listed.iter().any(|l| l.method.name == method)
+    }
 }
 
 /// Whether `runtime`'s provider serves `method`: its capability is on and

@@ -64,7 +64,7 @@ impl Handler {
     pub fn new(runtime: Arc<Runtime>, opts: McpOptions) -> anyhow::Result<Handler> {
         let catalog = Catalog::new(&runtime, opts.tools.as_deref(), opts.read_only)?;
         // Resources of listed tools only (`--tools`, `--read-only` narrow them too).
-        let listed = |m: &Method| catalog.listed.iter().any(|l| l.method.name == m.name);
+        let listed = |m: &Method| catalog.lists(m.name);
         let resources = Arc::new(Resources::new(&listed, &|m| catalog::serves(&runtime, m)));
         tracing::info!(
             tools = catalog.listed.len(),
@@ -145,8 +145,8 @@ impl Handler {
                 .into());
         }
         // Held at the wait only when the call that picks it up is a tool here.
-        let resume = resumable(listed.method, &params)
-            .filter(|(resume, _)| self.catalog.get(&resume.replace('.', "_")).is_some());
+        let resume =
+            resumable(listed.method, &params).filter(|(resume, _)| self.catalog.lists(resume));
         let forward = resume.is_some() || (progress.is_some() && forwards(listed.method));
         if forward {
             params.insert(STREAM.into(), Value::Bool(true));

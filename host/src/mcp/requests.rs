@@ -47,14 +47,10 @@ impl Requests {
     /// Room for one more EPP request, held until it ends; a retryable error
     /// when `--max-concurrent` are running, as `epp-host run` answers.
     pub fn slot(&self) -> Result<OwnedSemaphorePermit, RpcError> {
-        self.slots.clone().try_acquire_owned().map_err(|_| {
-            RpcError::fault(format!(
-                "too many requests in flight (limit {}, --max-concurrent)",
-                self.opts.serve.max_concurrent
-            ))
-            .hint("retry when some have finished")
-            .retryable()
-        })
+        self.slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| RpcError::too_many(self.opts.serve.max_concurrent))
     }
 
     /// The context of one EPP request (output kept up to `room` bytes), and

@@ -153,6 +153,15 @@ impl RpcError {
         RpcError::new(EppCode::ProviderFault, message)
     }
 
+    /// `--max-concurrent` requests (`limit`) are running already (retryable).
+    pub fn too_many(limit: usize) -> RpcError {
+        RpcError::fault(format!(
+            "too many requests in flight (limit {limit}, --max-concurrent)"
+        ))
+        .hint("retry when some have finished")
+        .retryable()
+    }
+
     pub fn unsupported(method: &str, capability: &str, provider: &str) -> RpcError {
         RpcError::new(
             EppCode::Unsupported,

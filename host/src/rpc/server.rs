@@ -352,12 +352,7 @@ impl Server {
         }
         let Ok(permit) = self.slots.clone().try_acquire_owned() else {
             self.inflight.lock().expect("lock").remove(&key);
-            let error = RpcError::fault(format!(
-                "too many requests in flight (limit {}, --max-concurrent)",
-                self.opts.max_concurrent
-            ))
-            .hint("retry when some have finished")
-            .retryable();
+            let error = RpcError::too_many(self.opts.max_concurrent);
             return self.out.respond(id, Err(error)).await;
         };
         let server = self.clone();
