@@ -1152,13 +1152,27 @@ fn check_plain(cx: &Ctx, func: &Function, m: &Method, ok: Option<Type>) -> Resul
             "its result holds a {handle}, which has no JSON form; tag the method `stream`"
         ));
     }
-    let object = ok.is_none_or(|ty| matches!(kind(cx.resolve, ty), Some(TypeDefKind::Record(_))));
+    let record = ok.and_then(|ty| record_of(cx.resolve, ty));
+    let object = ok.is_none() || record.is_some();
     match (&m.result, object) {
         (None, false) => {
             Err("its result is neither a record nor nothing: name its key with result=KEY".into())
         }
+        // A record that grew out of a bare value (sandbox.list's page, since
+        // 1.2): KEY is the field that holds what an older contract answered
+        // alone, so an older component's answer keeps its wire shape.
+        (Some(key), true)
+            if record.is_some_and(|r| {
+                r.fields
+                    .iter()
+                    .any(|f| wire(cx.resolve, &f.name, f.ty) == *key)
+            }) =>
+        {
+            Ok(())
+        }
         (Some(key), true) => Err(format!(
-            "result={key}: the result is already an object (a record or nothing)"
+            "result={key}: the result is already an object (a record or nothing); a record \
+             takes result=KEY only when KEY is its field that older contracts answered alone"
         )),
         _ => Ok(()),
     }

@@ -17,6 +17,7 @@ mod files;
 mod http;
 mod lifecycle;
 mod lines;
+mod metrics;
 mod models;
 mod ports;
 mod process;
@@ -26,6 +27,8 @@ mod retry;
 mod sandbox;
 mod sessions;
 mod sse;
+mod storage;
+mod templates;
 mod time;
 mod transfer;
 mod undo;
@@ -39,8 +42,9 @@ use bindings::abx::epp::types::{
 };
 use bindings::exports::abx::epp::infra::{
     self, ByteRange, CodeContext, CodeRequest, CodeResult, CommandLogs, CommandRequest,
-    CommandStatus, CreateRequest, FileInfo, Guest, ListRequest, MountRequest, PortUrl, ProcessInfo,
-    PtyRequest, SandboxInfo, TemplateBuildRequest, TemplateInfo, TransferUrl,
+    CommandStatus, CreateRequest, FileInfo, Guest, ListRequest, MetricsSample, MountRequest,
+    PortUrl, ProcessInfo, PtyRequest, SandboxInfo, SandboxPage, TemplateBuildRequest, TemplateInfo,
+    TransferUrl,
 };
 use event_stream::Source;
 use std::cell::RefCell;
@@ -59,10 +63,10 @@ pub const CAPABILITIES: &[(&str, Capabilities, bool)] = &[
     ("files.watch", Capabilities::FILES_WATCH, true),
     ("files.transfer", Capabilities::FILES_TRANSFER, true),
     ("code.interpret", Capabilities::CODE_INTERPRET, true),
-    ("templates.read", Capabilities::TEMPLATES_READ, false),
-    ("templates.build", Capabilities::TEMPLATES_BUILD, false),
+    ("templates.read", Capabilities::TEMPLATES_READ, true),
+    ("templates.build", Capabilities::TEMPLATES_BUILD, true),
     ("ports.domain", Capabilities::PORTS_DOMAIN, false),
-    ("storage.mount", Capabilities::STORAGE_MOUNT, false),
+    ("storage.mount", Capabilities::STORAGE_MOUNT, true),
     ("network.vpc", Capabilities::NETWORK_VPC, false),
     ("sessions", Capabilities::SESSIONS, true),
 ];
@@ -158,11 +162,21 @@ impl Guest for Provider {
     fn sandbox_get_info(sandbox_id: String) -> R<SandboxInfo> {
         wit(sandbox::get_info(&sandbox_id))
     }
-    fn sandbox_list(req: ListRequest) -> R<Vec<SandboxInfo>> {
+    fn sandbox_list(req: ListRequest) -> R<SandboxPage> {
         wit(sandbox::list(req))
     }
     fn sandbox_kill(sandbox_id: String) -> R<()> {
         wit(sandbox::kill(&sandbox_id))
+    }
+    fn sandbox_set_metadata(
+        sandbox_id: String,
+        metadata: Vec<(String, String)>,
+        remove: Vec<String>,
+    ) -> R<SandboxInfo> {
+        wit(sandbox::set_metadata(&sandbox_id, &metadata, &remove))
+    }
+    fn sandbox_metrics(sandbox_id: String) -> R<MetricsSample> {
+        wit(metrics::get(&sandbox_id))
     }
     fn sandbox_set_timeout(sandbox_id: String, timeout: u32) -> R<String> {
         wit(sandbox::set_timeout(&sandbox_id, timeout))
@@ -224,6 +238,14 @@ impl Guest for Provider {
     fn pty_kill(sandbox_id: String, pty_id: String) -> R<()> {
         wit(pty::kill(&sandbox_id, &pty_id))
     }
+    fn pty_connect(
+        sandbox_id: String,
+        pty_id: String,
+        since: Option<u64>,
+    ) -> R<(String, infra::PtyStream)> {
+        wit(pty::connect(&sandbox_id, &pty_id, since)
+            .map(|(id, stream)| (id, infra::PtyStream::new(stream))))
+    }
 
     fn files_read(
         sandbox_id: String,
@@ -237,8 +259,11 @@ impl Guest for Provider {
         path: String,
         size: u64,
         mode: Option<u32>,
+        owner: Option<String>,
+        group: Option<String>,
     ) -> R<infra::FileWriter> {
-        wit(files::write(&sandbox_id, &path, size, mode).map(infra::FileWriter::new))
+        let owner = files::Owner::new(owner, group);
+        wit(files::write(&sandbox_id, &path, size, mode, owner).map(infra::FileWriter::new))
     }
     fn files_write_many(
         sandbox_id: String,
@@ -266,6 +291,19 @@ impl Guest for Provider {
     }
     fn files_search(sandbox_id: String, path: String, pattern: String) -> R<Vec<FileInfo>> {
         wit(files::search(&sandbox_id, &path, &pattern))
+    }
+    fn files_chmod(
+        sandbox_id: String,
+        path: String,
+        mode: Option<u32>,
+        owner: Option<String>,
+        group: Option<String>,
+    ) -> R<FileInfo> {
+        let owner = files::Owner::new(owner, group);
+        wit(files::chmod(&sandbox_id, &path, mode, owner))
+    }
+    fn files_replace(sandbox_id: String, path: String, old: String, new: String) -> R<u32> {
+        wit(files::replace(&sandbox_id, &path, &old, &new))
     }
 
     fn ports_url(sandbox_id: String, port: u16) -> R<PortUrl> {
@@ -316,22 +354,25 @@ impl Guest for Provider {
         wit(code::languages(&sandbox_id))
     }
     fn templates_list() -> R<Vec<TemplateInfo>> {
-        wit(Err(unsupported::capability("templates.list")))
+        wit(templates::list())
     }
-    fn templates_get(_: String) -> R<TemplateInfo> {
-        wit(Err(unsupported::capability("templates.get")))
+    fn templates_get(name: String) -> R<TemplateInfo> {
+        wit(templates::get(&name))
     }
-    fn templates_build(_: TemplateBuildRequest) -> R<TemplateInfo> {
-        wit(Err(unsupported::capability("templates.build")))
+    fn templates_build(req: TemplateBuildRequest) -> R<TemplateInfo> {
+        wit(templates::build(req))
+    }
+    fn templates_remove(name: String) -> R<()> {
+        wit(templates::remove(&name))
     }
     fn ports_domain(_: String, _: u16, _: String) -> R<PortUrl> {
         wit(Err(unsupported::capability("ports.domain")))
     }
     fn storage_mount(_: MountRequest) -> R<()> {
-        wit(Err(unsupported::capability("storage.mount")))
+        wit(Err(storage::at_create("storage.mount")))
     }
     fn storage_unmount(_: String, _: String) -> R<()> {
-        wit(Err(unsupported::capability("storage.unmount")))
+        wit(Err(storage::at_create("storage.unmount")))
     }
     fn network_vpc_attach(_: String, _: String) -> R<()> {
         wit(Err(unsupported::capability("network.vpc_attach")))
@@ -339,8 +380,12 @@ impl Guest for Provider {
     fn network_vpc_detach(_: String, _: String) -> R<()> {
         wit(Err(unsupported::capability("network.vpc_detach")))
     }
-    fn sessions_create(sandbox_id: String, cwd: Option<String>) -> R<String> {
-        wit(sessions::create(&sandbox_id, cwd.as_deref()))
+    fn sessions_create(sandbox_id: String, cwd: Option<String>, user: Option<String>) -> R<String> {
+        wit(sessions::create(
+            &sandbox_id,
+            cwd.as_deref(),
+            user.as_deref(),
+        ))
     }
     fn sessions_run(
         sandbox_id: String,

@@ -147,6 +147,14 @@ impl Drop for PtyStream {
     }
 }
 
+pub fn connect(
+    _sandbox_id: &str,
+    _pty_id: &str,
+    _since: Option<u64>,
+) -> Result<(String, PtyStream)> {
+    Err(error::unsupported("pty.connect", "not built yet"))
+}
+
 pub fn create(req: PtyRequest) -> Result<(String, PtyStream)> {
     if req.cols == 0 || req.rows == 0 {
         return Err(invalid("cols and rows must be at least 1"));
@@ -273,6 +281,7 @@ mod tests {
             cwd: None,
             envs: vec![("A".into(), "x y".into())],
             cmd: None,
+            user: None,
         };
         assert_eq!(
             command(&req).unwrap().unwrap(),

@@ -50,7 +50,8 @@ fn gone(sandbox_id: &str, session_id: &str) -> Error {
     ))
 }
 
-pub fn create(sandbox_id: &str, cwd: Option<&str>) -> Result<String> {
+pub fn create(sandbox_id: &str, cwd: Option<&str>, user: Option<&str>) -> Result<String> {
+    let _ = user; // TODO(issue 23): run-as-user sessions
     if cwd.is_some_and(|c| c.trim().is_empty()) {
         return Err(invalid(
             "`cwd` is empty; leave it out for the default directory",

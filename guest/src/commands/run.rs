@@ -237,6 +237,7 @@ fn collect(
         cwd: None,
         envs: Vec::new(),
         timeout_ms: Some(timeout_ms),
+        user: None,
     };
     let mut stream = start(&req, lines, may_probe)?;
     let (mut stdout, mut stderr) = (String::new(), String::new());

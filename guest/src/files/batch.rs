@@ -365,6 +365,8 @@ mod tests {
             path: path.into(),
             size,
             mode: None,
+            owner: None,
+            group: None,
         }
     }
 

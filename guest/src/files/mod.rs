@@ -138,6 +138,33 @@ pub fn list(sandbox_id: &str, path: &str, depth: u32) -> Result<Vec<FileInfo>> {
 
 /// `GET /files/search`: execd walks `path` (symlinks not followed) and lists the files
 /// whose name matches `pattern`.
+/// Who should own a file (since abx:epp 1.2): a user and a group, each a name
+/// or a number, as given.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Owner {
+    pub user: Option<String>,
+    pub group: Option<String>,
+}
+
+impl Owner {
+    pub fn new(user: Option<String>, group: Option<String>) -> Owner {
+        Owner { user, group }
+    }
+}
+
+pub fn chmod(
+    _sandbox_id: &str,
+    _path: &str,
+    _mode: Option<u32>,
+    _owner: Owner,
+) -> Result<FileInfo> {
+    Err(error::unsupported("files.chmod", "not built yet"))
+}
+
+pub fn replace(_sandbox_id: &str, _path: &str, _old: &str, _new: &str) -> Result<u32> {
+    Err(error::unsupported("files.replace", "not built yet"))
+}
+
 pub fn search(sandbox_id: &str, path: &str, pattern: &str) -> Result<Vec<FileInfo>> {
     check_path(path)?;
     check_pattern(pattern)?;

@@ -98,7 +98,14 @@ struct WriterState {
     epilogue: Vec<u8>,
 }
 
-pub fn write(sandbox_id: &str, path: &str, size: u64, mode: Option<u32>) -> Result<FileWriter> {
+pub fn write(
+    sandbox_id: &str,
+    path: &str,
+    size: u64,
+    mode: Option<u32>,
+    owner: super::Owner,
+) -> Result<FileWriter> {
+    let _ = owner; // TODO(issue 23): owner/group on upload
     let mode = check_write(path, mode)?;
     let execd = Execd::connect(sandbox_id)?;
     let boundary = boundary();

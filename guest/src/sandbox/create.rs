@@ -257,6 +257,8 @@ mod tests {
             }),
             entrypoint: None,
             ready_timeout: None,
+            volumes: Vec::new(),
+            network_policy: None,
         }
     }
 

@@ -9,7 +9,7 @@ mod ready;
 pub use create::create;
 pub use label::undo_create;
 
-use crate::bindings::exports::abx::epp::infra::{ListRequest, SandboxInfo};
+use crate::bindings::exports::abx::epp::infra::{ListRequest, SandboxInfo, SandboxPage};
 use crate::config;
 use crate::error::{Result, conflict, invalid};
 use crate::execd::Execd;
@@ -74,13 +74,29 @@ pub fn get_info(id: &str) -> Result<SandboxInfo> {
     info(Lifecycle::new()?.get(id)?, None)
 }
 
-pub fn list(req: ListRequest) -> Result<Vec<SandboxInfo>> {
+pub fn list(req: ListRequest) -> Result<SandboxPage> {
     let lifecycle = Lifecycle::new()?;
     let states: Vec<String> = req.states.iter().map(|s| server_state(s)).collect();
-    list_all(&lifecycle, &states, &req.metadata)?
+    let sandboxes = list_all(&lifecycle, &states, &req.metadata)?
         .into_iter()
         .map(|sandbox| info(sandbox, None))
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    // TODO(issue 23): limit and cursor
+    Ok(SandboxPage {
+        sandboxes,
+        next_cursor: None,
+    })
+}
+
+pub fn set_metadata(
+    _id: &str,
+    _metadata: &[(String, String)],
+    _remove: &[String],
+) -> Result<SandboxInfo> {
+    Err(crate::error::unsupported(
+        "sandbox.set_metadata",
+        "not built yet",
+    ))
 }
 
 pub fn kill(id: &str) -> Result<()> {
