@@ -33,6 +33,7 @@ mod time;
 mod transfer;
 mod undo;
 mod unsupported;
+mod users;
 mod utf8;
 mod watch;
 

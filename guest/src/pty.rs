@@ -1,25 +1,40 @@
 //! pty over execd's `POST /pty` and its WebSocket `/pty/{id}/ws`, through the
 //! host's `websocket` import. The connection is keyed by sandbox and terminal,
 //! so input, resize and kill (other requests) reach the same connection the
-//! output stream reads.
+//! output stream reads. `pty.connect` attaches from any process with
+//! `?takeover=1&since=N`: execd replays what it kept (a `0x03` frame) and
+//! closes the previous holder's connection with 4001 `TAKEN_OVER`.
 
 use crate::bindings::abx::epp::memo;
 use crate::bindings::abx::epp::websocket::{self, Message};
 use crate::bindings::exports::abx::epp::infra::{PtyEvent, PtyRequest};
-use crate::error::{self, Result, invalid, not_found};
+use crate::error::{self, Error, Kind, Result, invalid, not_found};
 use crate::execd::Execd;
 use crate::lifecycle::check_id;
 use crate::models::PtyCreated;
+use crate::users::{self, User};
 use std::cell::Cell;
 
-fn key(sandbox_id: &str, pty_id: &str) -> String {
-    format!("pty:{sandbox_id}:{pty_id}")
+/// The keys this host process may hold a terminal's connection under.
+/// `pty.create` attaches under the first; `pty.connect` under the one not
+/// open, so the stream it replaces (in this process) never shares a key with
+/// it: that stream's end (its close, its drop) touches only its own key.
+fn keys(sandbox_id: &str, pty_id: &str) -> [String; 2] {
+    let first = format!("pty:{sandbox_id}:{pty_id}");
+    let second = format!("{first}:2");
+    [first, second]
 }
 
 /// Set (host-wide) just before `pty.kill` asks execd to SIGKILL a terminal, so the
 /// stream that reports its end knows the signal.
-fn killed_key(key: &str) -> String {
-    format!("killed:{key}")
+fn killed_key(sandbox_id: &str, pty_id: &str) -> String {
+    format!("killed:pty:{sandbox_id}:{pty_id}")
+}
+
+/// Set (host-wide) on the key of a connection a `pty.connect` of this process
+/// replaces, so its stream reports the take-over whatever close code reaches it.
+fn taken_key(key: &str) -> String {
+    format!("taken:{key}")
 }
 
 /// execd reports a shell killed by a signal as `exit_code: -1`. When the signal
@@ -33,7 +48,7 @@ fn exit_code(code: i64, killed_by_us: bool) -> i32 {
 }
 
 /// Single-quotes a value for bash.
-fn shell_quote(value: &str) -> String {
+pub fn shell_quote(value: &str) -> String {
     format!("'{}'", value.replace('\'', r"'\''"))
 }
 
@@ -55,15 +70,20 @@ pub fn exports(envs: &[(String, String)]) -> Result<String> {
     Ok(exports)
 }
 
-/// The program execd should run: the user's command, or an interactive shell,
-/// with the requested environment.
-fn command(req: &PtyRequest) -> Result<Option<String>> {
-    let exports = exports(&req.envs)?;
-    Ok(match (&req.cmd, exports.is_empty()) {
-        (Some(cmd), true) => Some(cmd.clone()),
-        (Some(cmd), false) => Some(format!("{exports}{cmd}")),
-        (None, true) => None,
-        (None, false) => Some(format!("{exports}exec bash --norc --noprofile")),
+/// The program execd should run for a terminal or a stdin command: `cmd`, or
+/// an interactive shell, with the requested environment, as `user` if given
+/// (crate::users::shell_as). None: execd's own shell as it is.
+pub fn program(
+    envs: &[(String, String)],
+    cmd: Option<&str>,
+    user: Option<&User>,
+) -> Result<Option<String>> {
+    let exports = exports(envs)?;
+    Ok(match (user, cmd) {
+        (Some(user), cmd) => Some(format!("{exports}{}", users::shell_as(user, envs, cmd))),
+        (None, Some(cmd)) => Some(format!("{exports}{cmd}")),
+        (None, None) if exports.is_empty() => None,
+        (None, None) => Some(format!("{exports}exec bash --norc --noprofile")),
     })
 }
 
@@ -72,18 +92,38 @@ fn send_json(key: &str, value: serde_json::Value) -> Result<()> {
 }
 
 pub struct PtyStream {
+    sandbox_id: String,
+    pty_id: String,
     key: String,
     exited: Cell<bool>,
+    /// The host forgot `key` already (the connection closed or failed), so
+    /// dropping the stream must not close it again.
+    gone: Cell<bool>,
 }
 
 impl PtyStream {
+    fn new(sandbox_id: &str, pty_id: &str, key: String) -> PtyStream {
+        PtyStream {
+            sandbox_id: sandbox_id.to_string(),
+            pty_id: pty_id.to_string(),
+            key,
+            exited: Cell::new(false),
+            gone: Cell::new(false),
+        }
+    }
+
     pub fn next(&self) -> Result<Option<PtyEvent>> {
         if self.exited.get() {
             return Ok(None);
         }
         loop {
-            let Some(message) = websocket::receive(&self.key)? else {
-                return Ok(None);
+            let message = match websocket::receive(&self.key) {
+                Ok(Some(message)) => message,
+                Ok(None) => return self.closed(None),
+                Err(e) => {
+                    self.closed(None)?;
+                    return Err(e.into());
+                }
             };
             match message {
                 // 0x01 stdout, 0x02 stderr (pipe mode), 0x03 replay (8-byte offset first).
@@ -107,7 +147,8 @@ impl PtyStream {
                                 .get("exit_code")
                                 .and_then(|c| c.as_i64())
                                 .unwrap_or(-1);
-                            let killed = memo::get(&killed_key(&self.key)).is_some();
+                            let killed =
+                                memo::get(&killed_key(&self.sandbox_id, &self.pty_id)).is_some();
                             return Ok(Some(PtyEvent::Exited(exit_code(code, killed))));
                         }
                         Some("error") => {
@@ -121,38 +162,125 @@ impl PtyStream {
                                 .and_then(|m| m.as_str())
                                 .unwrap_or("");
                             return Err(error::upstream(format!(
-                                "the terminal reported {code}: {message}"
+                                "terminal {} reported {code}: {message}",
+                                self.pty_id
                             )));
                         }
                         _ => continue,
                     }
                 }
-                Message::Close((code, reason)) => {
-                    if code == 4001 {
-                        return Err(error::conflict(format!(
-                            "another client took this terminal over ({reason})"
-                        )));
-                    }
-                    return Ok(None);
-                }
+                Message::Close((code, _)) => return self.closed(Some(code)),
             }
         }
+    }
+
+    /// The connection is over (closed with `code`, or gone): the end of the
+    /// stream, or, when a `pty.connect` took the terminal (execd closes the
+    /// replaced connection with 4001 `TAKEN_OVER`), an error that says so.
+    fn closed(&self, code: Option<u16>) -> Result<Option<PtyEvent>> {
+        self.gone.set(true);
+        self.exited.set(true);
+        let here = memo::get(&taken_key(&self.key)).is_some();
+        if code != Some(4001) && !here {
+            return Ok(None);
+        }
+        let by = if here {
+            "a later pty.connect in this epp-host process"
+        } else {
+            "a pty.connect from another client (another epp-host process)"
+        };
+        Err(error::conflict(format!(
+            "terminal {} of sandbox {} was taken over by {by}: its output now goes there, and \
+             its input and resizes come from there; the shell keeps running. To use it from \
+             here again, call pty.connect here (which takes it back)",
+            self.pty_id, self.sandbox_id
+        )))
     }
 }
 
 impl Drop for PtyStream {
     fn drop(&mut self) {
         // Detach only: the shell keeps running until it exits or pty.kill.
-        websocket::close(&self.key, 1000, "detached");
+        if !self.gone.get() {
+            websocket::close(&self.key, 1000, "detached");
+        }
     }
 }
 
-pub fn connect(
-    _sandbox_id: &str,
-    _pty_id: &str,
-    _since: Option<u64>,
-) -> Result<(String, PtyStream)> {
-    Err(error::unsupported("pty.connect", "not built yet"))
+/// `GET /pty/{id}`: whether the terminal exists and its shell still runs
+/// (attaching to one whose shell ended would make execd start a new shell).
+fn check_running(execd: &mut Execd, pty_id: &str) -> Result<()> {
+    #[derive(serde::Deserialize)]
+    struct Status {
+        running: bool,
+    }
+    let path = format!("/pty/{pty_id}");
+    let resp = execd.send(|e| e.request("GET", &path), &[])?;
+    let subject = format!("terminal {pty_id}");
+    let status: Status = execd.json(
+        execd
+            .check(resp, &subject)
+            .map_err(|e| unknown(e, &execd.sandbox_id, pty_id))?,
+        &subject,
+    )?;
+    if !status.running {
+        return Err(not_found(format!(
+            "terminal {pty_id} of sandbox {} has exited (its shell ended); open a new one \
+             with pty.create",
+            execd.sandbox_id
+        )));
+    }
+    Ok(())
+}
+
+/// A 404 about a terminal, in plain words (the HTTP answer kept).
+fn unknown(e: Error, sandbox_id: &str, pty_id: &str) -> Error {
+    if e.is(Kind::NotFound) || e.status() == Some(404) {
+        return e.reworded(
+            Kind::NotFound,
+            format!(
+                "terminal {pty_id} does not exist in sandbox {sandbox_id} (it was killed, or \
+                 never opened there)"
+            ),
+        );
+    }
+    e
+}
+
+pub fn connect(sandbox_id: &str, pty_id: &str, since: Option<u64>) -> Result<(String, PtyStream)> {
+    check_id("terminal", pty_id)?;
+    let mut execd = Execd::connect(sandbox_id)?;
+    check_running(&mut execd, pty_id)?;
+    let [first, second] = keys(sandbox_id, pty_id);
+    let (old, key) = if websocket::is_open(&first) {
+        (Some(first), second)
+    } else if websocket::is_open(&second) {
+        (Some(second), first)
+    } else {
+        (None, first)
+    };
+    let mut path = format!("/pty/{pty_id}/ws?takeover=1");
+    if let Some(since) = since {
+        path.push_str(&format!("&since={since}"));
+    }
+    if let Some(old) = &old {
+        memo::put(&taken_key(old), "1", 60_000);
+    }
+    memo::forget(&taken_key(&key));
+    // execd evicts the holder (4001 TAKEN_OVER) when this one attaches; a
+    // failed attach leaves the old connection as it was.
+    if let Err(e) = websocket::connect(&key, &execd.ws_url(&path), execd.headers()) {
+        if let Some(old) = &old {
+            memo::forget(&taken_key(old));
+        }
+        return Err(unknown(e.into(), sandbox_id, pty_id));
+    }
+    // This process's old connection is closed here at once, so input and
+    // resizes from now on find only the new one.
+    if let Some(old) = &old {
+        websocket::close(old, 1000, "taken over by pty.connect");
+    }
+    Ok((pty_id.to_string(), PtyStream::new(sandbox_id, pty_id, key)))
 }
 
 pub fn create(req: PtyRequest) -> Result<(String, PtyStream)> {
@@ -160,23 +288,22 @@ pub fn create(req: PtyRequest) -> Result<(String, PtyStream)> {
         return Err(invalid("cols and rows must be at least 1"));
     }
     let mut execd = Execd::connect(&req.sandbox_id)?;
+    let user = users::of_request(&mut execd, req.user.as_deref())?;
+    let command = program(&req.envs, req.cmd.as_deref(), user.as_ref())?;
     let pty_id = open(
         &mut execd,
         req.cwd.as_deref(),
-        command(&req)?,
+        command,
         "terminal",
         "the new terminal",
     )?;
-    let key = key(&req.sandbox_id, &pty_id);
+    let [key, _] = keys(&req.sandbox_id, &pty_id);
     websocket::connect(
         &key,
         &execd.ws_url(&format!("/pty/{pty_id}/ws")),
         execd.headers(),
     )?;
-    let stream = PtyStream {
-        key: key.clone(),
-        exited: Cell::new(false),
-    };
+    let stream = PtyStream::new(&req.sandbox_id, &pty_id, key.clone());
     send_json(
         &key,
         serde_json::json!({"type": "resize", "cols": req.cols, "rows": req.rows}),
@@ -220,16 +347,19 @@ pub fn open(
     Ok(created.session_id)
 }
 
+/// The key this process holds the terminal under.
 fn attached(sandbox_id: &str, pty_id: &str) -> Result<String> {
     check_id("terminal", pty_id)?;
-    let key = key(sandbox_id, pty_id);
-    if !websocket::is_open(&key) {
-        return Err(not_found(format!(
-            "terminal {pty_id} of sandbox {sandbox_id} is not open in this host process \
-             (it exited, or it was created by another process)"
-        )));
-    }
-    Ok(key)
+    keys(sandbox_id, pty_id)
+        .into_iter()
+        .find(|key| websocket::is_open(key))
+        .ok_or_else(|| {
+            not_found(format!(
+                "terminal {pty_id} of sandbox {sandbox_id} is not attached to this host process \
+                 (it exited, another process holds it, or it was opened elsewhere); \
+                 pty.connect attaches it here"
+            ))
+        })
 }
 
 pub fn send_input(sandbox_id: &str, pty_id: &str, data: Vec<u8>) -> Result<()> {
@@ -256,7 +386,7 @@ pub fn kill(sandbox_id: &str, pty_id: &str) -> Result<()> {
     let mut execd = Execd::connect(sandbox_id)?;
     let path = format!("/pty/{pty_id}");
     // Before the request: the exit frame may reach the stream before execd answers.
-    let killed = killed_key(&key(sandbox_id, pty_id));
+    let killed = killed_key(sandbox_id, pty_id);
     memo::put(&killed, "9", 60_000);
     let resp = execd.send(|e| e.request("DELETE", &path), &[]);
     let subject = format!("terminal {pty_id}");
@@ -274,24 +404,35 @@ mod tests {
     #[test]
     fn quoting() {
         assert_eq!(shell_quote("it's"), r"'it'\''s'");
-        let req = PtyRequest {
-            sandbox_id: "s".into(),
-            cols: 80,
-            rows: 24,
-            cwd: None,
-            envs: vec![("A".into(), "x y".into())],
-            cmd: None,
-            user: None,
-        };
+        let envs = vec![("A".to_string(), "x y".to_string())];
         assert_eq!(
-            command(&req).unwrap().unwrap(),
+            program(&envs, None, None).unwrap().unwrap(),
             "export A='x y'; exec bash --norc --noprofile"
         );
-        let bad = PtyRequest {
-            envs: vec![("1A".into(), "x".into())],
-            ..req
+        assert_eq!(program(&[], None, None).unwrap(), None);
+        assert_eq!(
+            program(&envs, Some("top"), None).unwrap().unwrap(),
+            "export A='x y'; top"
+        );
+        assert!(program(&[("1A".into(), "x".into())], None, None).is_err());
+        // As a user: the request's variables first, then the shell as the user.
+        let user = User {
+            name: "user".into(),
+            uid: 1000,
+            gid: 1000,
+            home: "/home/user".into(),
         };
-        assert!(command(&bad).is_err());
+        let line = program(&envs, Some("id -un"), Some(&user))
+            .unwrap()
+            .unwrap();
+        assert!(
+            line.starts_with("export A='x y'; command -v setpriv"),
+            "{line}"
+        );
+        assert!(
+            line.ends_with("bash --norc --noprofile -c 'id -un'"),
+            "{line}"
+        );
     }
 
     #[test]

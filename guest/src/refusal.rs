@@ -24,13 +24,19 @@ pub enum Refusal {
     SessionTimeout,
     /// "already exists": a move onto a path that exists.
     Exists,
+    /// "no such file or directory": a file operation on a path that does not exist.
+    Missing,
+    /// "unknown user": an owner execd cannot look up (Go's `user.Lookup`).
+    UnknownUser,
+    /// "unknown group": a group execd cannot look up.
+    UnknownGroup,
     /// Anything else: the caller reports execd's own words.
     Other,
 }
 
 /// Words of each refusal, the more specific first ("is not running in
 /// background" also holds "is not running").
-const WORDS: [(&str, Refusal); 9] = [
+const WORDS: [(&str, Refusal); 12] = [
     ("runtime server not configured", Refusal::NoKernels),
     ("context not found", Refusal::NoContext),
     ("session is busy", Refusal::Busy),
@@ -40,6 +46,9 @@ const WORDS: [(&str, Refusal); 9] = [
     ("no such session", Refusal::NotRunning),
     ("timeout after", Refusal::SessionTimeout),
     ("already exists", Refusal::Exists),
+    ("no such file or directory", Refusal::Missing),
+    ("unknown user", Refusal::UnknownUser),
+    ("unknown group", Refusal::UnknownGroup),
 ];
 
 fn of_text(text: &str) -> Refusal {
@@ -87,6 +96,18 @@ mod tests {
             ("command session 9f1c is not running", Refusal::NotRunning),
             ("no such session", Refusal::NotRunning),
             ("destination path already exists: /x", Refusal::Exists),
+            (
+                "for /x. chmod /x: no such file or directory",
+                Refusal::Missing,
+            ),
+            (
+                "for /x. failed to lookup user bob: user: unknown user bob",
+                Refusal::UnknownUser,
+            ),
+            (
+                "for /x. failed to lookup group g: group: unknown group g",
+                Refusal::UnknownGroup,
+            ),
             ("something else", Refusal::Other),
         ];
         for (words, expected) in cases {

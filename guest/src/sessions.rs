@@ -12,17 +12,20 @@
 //! lines dropped. The session id is all a run needs, so any process may run in a
 //! session another created.
 
+use crate::bindings::abx::epp::memo;
 use crate::bindings::exports::abx::epp::infra::{CommandEvent, CommandExit};
 use crate::error::{self, Error, Result, invalid, not_found};
 use crate::event_stream::{Clock, EventStream, Failure, Mapping, Step, stream_timeouts};
 use crate::execd::Execd;
 use crate::exit_code;
+use crate::files;
 use crate::http::encode;
 use crate::lifecycle::check_id;
 use crate::lines::{self, Lines};
 use crate::models::ExecEvent;
 use crate::refusal::{self, Refusal};
 use crate::sse::FrameReader;
+use crate::users;
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize)]
@@ -51,13 +54,13 @@ fn gone(sandbox_id: &str, session_id: &str) -> Error {
 }
 
 pub fn create(sandbox_id: &str, cwd: Option<&str>, user: Option<&str>) -> Result<String> {
-    let _ = user; // TODO(issue 23): run-as-user sessions
     if cwd.is_some_and(|c| c.trim().is_empty()) {
         return Err(invalid(
             "`cwd` is empty; leave it out for the default directory",
         ));
     }
     let mut execd = Execd::connect(sandbox_id)?;
+    let user = users::of_request(&mut execd, user)?;
     let body = serde_json::to_vec(&Create { cwd }).expect("serialisable");
     let resp = execd.send(
         |e| {
@@ -68,7 +71,82 @@ pub fn create(sandbox_id: &str, cwd: Option<&str>, user: Option<&str>) -> Result
     )?;
     let subject = "a new bash session";
     let created: Created = execd.json(execd.check(resp, subject)?, subject)?;
-    Ok(created.session_id)
+    let session_id = created.session_id;
+    check_id("session", &session_id)?;
+    if let Some(user) = &user {
+        // A session that cannot say whose it is must not run as root: gone.
+        if let Err(e) = remember_user(sandbox_id, &session_id, user) {
+            let _ = close(sandbox_id, &session_id);
+            return Err(e);
+        }
+    }
+    Ok(session_id)
+}
+
+/// Where a session's files live in the sandbox: `.functions` (its shell
+/// functions), `.user` (whose it is: root's, readable by all), `.state` (a
+/// user's run's exported variables and cwd, for the run's root part).
+fn file(session_id: &str, what: &str) -> String {
+    format!("/tmp/.epp-session-{session_id}.{what}")
+}
+
+fn memo_key(sandbox_id: &str, session_id: &str) -> Result<String> {
+    let origin = &crate::config::settings()?.origin;
+    Ok(format!("session-user:{origin}:{sandbox_id}:{session_id}"))
+}
+
+/// A session is made for a user once, and runs as that user until it is closed.
+const USER_TTL_MS: u32 = 3_600_000;
+
+/// Writes whose the session is into the sandbox, where any process finds it.
+fn remember_user(sandbox_id: &str, session_id: &str, user: &users::User) -> Result<()> {
+    let line = format!("{}\n", users::encode_user(user));
+    let writer = files::write(
+        sandbox_id,
+        &file(session_id, "user"),
+        line.len() as u64,
+        Some(0o644),
+        files::Owner::default(),
+    )?;
+    writer.write(line.into_bytes())?;
+    writer.finish()?;
+    memo::put(
+        &memo_key(sandbox_id, session_id)?,
+        &users::encode_user(user),
+        USER_TTL_MS,
+    );
+    Ok(())
+}
+
+/// The user a session runs as (none: execd's own), from the memo or the
+/// session's user file.
+fn user_of(execd: &mut Execd, session_id: &str) -> Result<Option<users::User>> {
+    let key = memo_key(&execd.sandbox_id, session_id)?;
+    if let Some(value) = memo::get(&key) {
+        return Ok(users::decode_user(&value));
+    }
+    let path = file(session_id, "user");
+    let query = format!("/files/download?path={}", encode(&path));
+    let resp = execd.send(|e| e.request("GET", &query), &[])?;
+    let user = if resp.status == 404 {
+        None
+    } else {
+        let resp = execd.check(resp, &path)?;
+        let line = resp
+            .read_all(4096)
+            .map_err(|t| error::broken_body(t, execd.target()))?;
+        let user = users::decode_user(&String::from_utf8_lossy(&line)).ok_or_else(|| {
+            error::upstream(format!(
+                "{path} in sandbox {} does not say whose session {session_id} is; close the \
+                 session and create it again",
+                execd.sandbox_id
+            ))
+        })?;
+        Some(user)
+    };
+    let value = user.as_ref().map(users::encode_user).unwrap_or_default();
+    memo::put(&key, &value, USER_TTL_MS);
+    Ok(user)
 }
 
 /// How a session run's events become a command's: execd sends lines without
@@ -167,7 +245,10 @@ pub fn run(
         return Err(invalid("`timeout` must be positive"));
     }
     let mut execd = Execd::connect(sandbox_id)?;
-    let command = keeping_functions(session_id, cmd);
+    let command = match user_of(&mut execd, session_id)? {
+        Some(user) => as_user(session_id, cmd, &user, &nonce()),
+        None => keeping_functions(session_id, cmd),
+    };
     let body = serde_json::to_vec(&Run {
         command: &command,
         timeout: timeout_ms,
@@ -215,11 +296,47 @@ pub fn run(
 /// user's text stands on lines of its own so a trailing comment cannot swallow
 /// the epilogue. `session_id` is checked (no quote or slash can appear in it).
 fn keeping_functions(session_id: &str, cmd: &str) -> String {
-    let file = format!("/tmp/.epp-session-{session_id}.functions");
+    let file = file(session_id, "functions");
     format!(
         "{{ . '{file}'; }} 2>/dev/null\n{cmd}\n__epp_status=$?; declare -f > '{file}' 2>/dev/null; \
          (exit $__epp_status)\n"
     )
+}
+
+/// A run of a user's session. execd runs the script as itself (root), in the
+/// session's environment and directory; its user's part runs in a `bash` as
+/// the user (crate::users::run_as), which inherits both, keeps the functions
+/// as above, and at its end writes `nonce`, its directory and its exported
+/// variables to the session's `.state` file, NUL-separated. The root part then
+/// takes them over (clearing its own exported variables first, so an `unset`
+/// carries over too), so execd keeps them for the next run as for any session.
+/// It reads them as data (`export -- "NAME=value"`), never as code. A run that
+/// calls `exit`, or that the user's part never reached, carries nothing over:
+/// the nonce of an older state does not match. `SHLVL` is left out, or it
+/// would grow by the inner shell's level at every run.
+fn as_user(session_id: &str, cmd: &str, user: &users::User, nonce: &str) -> String {
+    let state = file(session_id, "state");
+    let inner = format!(
+        "{}{{ printf '%s\\0' {nonce} \"$PWD\"; for __epp_name in $(compgen -e); do \
+         [ \"$__epp_name\" = SHLVL ] || printf '%s=%s\\0' \"$__epp_name\" \"${{!__epp_name}}\"; \
+         done; }} 2>/dev/null > '{state}'; exit $__epp_status\n",
+        keeping_functions(session_id, cmd)
+            .strip_suffix("(exit $__epp_status)\n")
+            .expect("the epilogue ends so")
+    );
+    format!(
+        "{}\n__epp_status=$?\n{{ if IFS= read -r -d '' __epp_nonce && [ \"$__epp_nonce\" = {nonce} ] \
+         && IFS= read -r -d '' __epp_cwd; then for __epp_name in $(compgen -e); do \
+         [ \"$__epp_name\" = SHLVL ] || unset \"$__epp_name\"; done; while IFS= read -r -d '' \
+         __epp_kv; do export -- \"$__epp_kv\"; done; cd -- \"$__epp_cwd\"; fi; }} 2>/dev/null < \
+         '{state}'\n(exit $__epp_status)\n",
+        users::run_as(user, &inner)
+    )
+}
+
+/// A fresh value that marks one run's state.
+fn nonce() -> String {
+    format!("{:016x}", wasip2::random::random::get_random_u64())
 }
 
 pub fn close(sandbox_id: &str, session_id: &str) -> Result<()> {
@@ -232,7 +349,17 @@ pub fn close(sandbox_id: &str, session_id: &str) -> Result<()> {
     }
     execd
         .check(resp, &format!("session {session_id}"))
-        .map(drop)
+        .map(drop)?;
+    // Its files go with it (best effort: the session is closed either way).
+    let mut query = String::from("/files?");
+    for what in ["functions", "user", "state"] {
+        query.push_str(&format!("path={}&", encode(&file(session_id, what))));
+    }
+    let _ = execd.send(|e| e.request("DELETE", query.trim_end_matches('&')), &[]);
+    if let Ok(key) = memo_key(sandbox_id, session_id) {
+        memo::forget(&key);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -10,19 +10,26 @@ use crate::lines::{self, Evidence, Lines};
 use crate::models::{ExecEvent, RunCommand};
 use crate::sse::FrameReader;
 use crate::undo::Token;
+use crate::users::{self, User};
+use serde::Serialize;
 use std::collections::BTreeMap;
 
-/// The `POST /command` body of a request.
-fn body(req: &CommandRequest, background: bool) -> Result<Vec<u8>> {
+/// `POST /command` with the user to run as (execd's `uid`; it takes the
+/// primary group and supplementary groups from the user's entry itself).
+#[derive(Serialize)]
+struct AsUser<'a> {
+    #[serde(flatten)]
+    run: RunCommand<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uid: Option<u32>,
+}
+
+/// Checks a request before anything is sent.
+fn check(req: &CommandRequest) -> Result<()> {
     if req.cmd.trim().is_empty() {
         return Err(invalid("`cmd` is empty; give a shell command line"));
     }
-    let envs: BTreeMap<&str, &str> = req
-        .envs
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    for key in envs.keys() {
+    for (key, _) in &req.envs {
         if key.is_empty() || key.contains('=') || key.contains('\0') {
             return Err(invalid(format!(
                 "`{key}` is not a valid environment variable name"
@@ -32,14 +39,31 @@ fn body(req: &CommandRequest, background: bool) -> Result<Vec<u8>> {
     if req.timeout_ms == Some(0) {
         return Err(invalid("`timeout` must be positive"));
     }
-    let run = RunCommand {
-        command: &req.cmd,
-        cwd: req.cwd.as_deref(),
-        background,
-        timeout: req.timeout_ms,
-        envs,
+    Ok(())
+}
+
+/// The `POST /command` body of a checked request, run as `user` if given
+/// (with the user's `HOME`, `USER` and `LOGNAME` unless `envs` sets them).
+fn body(req: &CommandRequest, background: bool, user: Option<&User>) -> Vec<u8> {
+    let mut envs: BTreeMap<&str, &str> = req
+        .envs
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    if let Some(user) = user {
+        envs.extend(user.identity_env(&req.envs));
+    }
+    let run = AsUser {
+        run: RunCommand {
+            command: &req.cmd,
+            cwd: req.cwd.as_deref(),
+            background,
+            timeout: req.timeout_ms,
+            envs,
+        },
+        uid: user.map(|u| u.uid),
     };
-    Ok(serde_json::to_vec(&run).expect("serialisable"))
+    serde_json::to_vec(&run).expect("serialisable")
 }
 
 /// Sends `POST /command` and returns its event stream.
@@ -48,7 +72,9 @@ pub(super) fn post(
     req: &CommandRequest,
     background: bool,
 ) -> Result<FrameReader> {
-    let body = body(req, background)?;
+    check(req)?;
+    let user = users::of_request(execd, req.user.as_deref())?;
+    let body = body(req, background, user.as_ref());
     let timeouts = stream_timeouts(req.timeout_ms);
     let resp = execd
         .send(

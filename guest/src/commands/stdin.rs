@@ -205,13 +205,13 @@ pub fn run(req: CommandRequest) -> Result<PipeStream> {
              stop the command with commands.kill or epp.cancel",
         ));
     }
-    let mut command = crate::pty::exports(&req.envs)?;
-    command.push_str(&req.cmd);
     let mut execd = Execd::connect(&req.sandbox_id)?;
+    let user = crate::users::of_request(&mut execd, req.user.as_deref())?;
+    let command = crate::pty::program(&req.envs, Some(&req.cmd), user.as_ref())?;
     let pty_id = crate::pty::open(
         &mut execd,
         req.cwd.as_deref(),
-        Some(command),
+        command,
         "command",
         "the command",
     )?;

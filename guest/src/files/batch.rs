@@ -9,8 +9,8 @@
 //! sizes are known up front, so the body has an exact Content-Length (proxies
 //! in front of execd need one), as for a single file (`files::FileWriter`).
 
-use super::file_info;
 use super::multipart::{boundary, check_write, close, pair_head, start_upload};
+use super::{Owner, file_info};
 use crate::bindings::exports::abx::epp::infra::{FileInfo, FileUpload};
 use crate::error::{self, Error, Result, invalid, upstream};
 use crate::execd::Execd;
@@ -125,15 +125,29 @@ impl Cursor {
 
 pub fn write_many(sandbox_id: &str, files: Vec<FileUpload>) -> Result<BatchWriter> {
     check_list(&files)?;
+    let modes = files
+        .iter()
+        .map(|file| check_write(&file.path, file.mode))
+        .collect::<Result<Vec<_>>>()?;
+    let mut execd = Execd::connect(sandbox_id)?;
+    let n = files.len();
     let boundary = boundary();
     let parts = files
         .into_iter()
+        .zip(modes)
         .enumerate()
-        .map(|(i, file)| {
-            let mode = check_write(&file.path, file.mode)?;
+        .map(|(i, (file, mode))| {
+            // Checked before the upload: execd would write the file, then fail to chown it.
+            let owner = Owner::new(file.owner, file.group)
+                .resolved(&mut execd)
+                .map_err(|e| {
+                    let message = format!("{} (file {} of {n}, {})", e.message, i + 1, file.path);
+                    let kind = e.kind;
+                    e.reworded(kind, message)
+                })?;
             // Every pair after the first starts on the line after the previous file's bytes.
             let lead = if i == 0 { "" } else { "\r\n" };
-            let head = format!("{lead}{}", pair_head(&boundary, &file.path, mode));
+            let head = format!("{lead}{}", pair_head(&boundary, &file.path, mode, &owner));
             Ok(Part {
                 path: file.path,
                 size: file.size,
@@ -141,7 +155,6 @@ pub fn write_many(sandbox_id: &str, files: Vec<FileUpload>) -> Result<BatchWrite
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let execd = Execd::connect(sandbox_id)?;
     let tail = close(&boundary);
     let length = parts
         .iter()

@@ -17,7 +17,9 @@ use crate::execd::Execd;
 use crate::http::{Timeouts, encode};
 use crate::models::{ExecdFileInfo, Move};
 use crate::refusal::{self, Refusal};
+use crate::users;
 use pattern::check_pattern;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -136,8 +138,6 @@ pub fn list(sandbox_id: &str, path: &str, depth: u32) -> Result<Vec<FileInfo>> {
     Ok(entries.into_iter().map(file_info).collect())
 }
 
-/// `GET /files/search`: execd walks `path` (symlinks not followed) and lists the files
-/// whose name matches `pattern`.
 /// Who should own a file (since abx:epp 1.2): a user and a group, each a name
 /// or a number, as given.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -150,21 +150,157 @@ impl Owner {
     pub fn new(user: Option<String>, group: Option<String>) -> Owner {
         Owner { user, group }
     }
+
+    fn is_empty(&self) -> bool {
+        self.user.is_none() && self.group.is_none()
+    }
+
+    /// The same owner as the names execd takes (it looks owners up by name
+    /// only), each checked against the sandbox's own users and groups
+    /// (crate::users): an unknown one is E1001 naming it.
+    pub fn resolved(self, execd: &mut Execd) -> Result<Owner> {
+        let user = match self.user {
+            Some(user) => Some(users::user(execd, &user, "owner")?.name),
+            None => None,
+        };
+        let group = match self.group {
+            Some(group) => Some(users::group(execd, &group)?.name),
+            None => None,
+        };
+        Ok(Owner { user, group })
+    }
 }
 
-pub fn chmod(
-    _sandbox_id: &str,
-    _path: &str,
-    _mode: Option<u32>,
-    _owner: Owner,
-) -> Result<FileInfo> {
-    Err(error::unsupported("files.chmod", "not built yet"))
+/// `POST /files/permissions` body: execd reads `mode` 0 (or none) and an empty
+/// owner or group as "leave it".
+#[derive(Serialize)]
+struct Permissions<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mode: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    group: Option<&'a str>,
 }
 
-pub fn replace(_sandbox_id: &str, _path: &str, _old: &str, _new: &str) -> Result<u32> {
-    Err(error::unsupported("files.replace", "not built yet"))
+/// `POST /files/permissions`, then the file's info.
+pub fn chmod(sandbox_id: &str, path: &str, mode: Option<u32>, owner: Owner) -> Result<FileInfo> {
+    check_path(path)?;
+    if mode.is_none() && owner.is_empty() {
+        return Err(invalid(
+            "give at least one of `mode`, `owner` and `group` to change",
+        ));
+    }
+    match mode {
+        Some(0) => {
+            return Err(invalid(format!(
+                "mode 0 cannot be set through execd (it reads 0 as `leave the mode`); take \
+                 every permission away with commands.run `chmod 000 {path}`"
+            )));
+        }
+        Some(m) if m > 0o7777 => {
+            return Err(invalid(format!(
+                "mode {m:o} of {path} is not a permission mode (at most 7777)"
+            )));
+        }
+        _ => {}
+    }
+    let mut execd = Execd::connect(sandbox_id)?;
+    let owner = owner.resolved(&mut execd)?;
+    let body = serde_json::json!({ path: Permissions {
+        mode: mode.map(mode_to_execd),
+        owner: owner.user.as_deref(),
+        group: owner.group.as_deref(),
+    }})
+    .to_string();
+    let resp = execd.send(
+        |e| {
+            Ok(e.request("POST", "/files/permissions")?
+                .header("content-type", "application/json"))
+        },
+        body.as_bytes(),
+    )?;
+    if resp.status == 500 {
+        let text = resp.read_all(64 * 1024).unwrap_or_default();
+        return Err(refused_change(&mut execd, path, &owner, &text));
+    }
+    execd.check(resp, path).map_err(missing(sandbox_id, path))?;
+    info_of(&mut execd, path)
 }
 
+/// execd's 500 for a permissions change: a missing file (E4004), an owner or
+/// group it does not know after all (E1001, naming it), or its own words.
+fn refused_change(execd: &mut Execd, path: &str, owner: &Owner, text: &[u8]) -> Error {
+    match refusal::of_answer(500, text) {
+        Refusal::Missing => {
+            return not_found(format!(
+                "{path} does not exist in sandbox {}",
+                execd.sandbox_id
+            ));
+        }
+        Refusal::UnknownUser => {
+            let user = owner.user.as_deref().unwrap_or_default();
+            return invalid(format!(
+                "`owner`: execd does not know user `{user}` in sandbox {}; give an existing \
+                 name or uid",
+                execd.sandbox_id
+            ));
+        }
+        Refusal::UnknownGroup => {
+            let group = owner.group.as_deref().unwrap_or_default();
+            return invalid(format!(
+                "`group`: execd does not know group `{group}` in sandbox {}; give an existing \
+                 name or gid",
+                execd.sandbox_id
+            ));
+        }
+        _ => {}
+    }
+    error::status(500, text, execd.target(), path)
+}
+
+#[derive(Deserialize)]
+struct Replaced {
+    #[serde(rename = "replacedCount")]
+    count: u32,
+}
+
+/// `POST /files/replace?verbose=true`: execd rewrites the file whole (keeping
+/// its mode and owner) and says how many it replaced.
+pub fn replace(sandbox_id: &str, path: &str, old: &str, new: &str) -> Result<u32> {
+    check_path(path)?;
+    if old.is_empty() {
+        return Err(invalid(
+            "`old` is empty; give the text to replace (at least one character)",
+        ));
+    }
+    let mut execd = Execd::connect(sandbox_id)?;
+    let body = serde_json::json!({ path: {"old": old, "new": new} }).to_string();
+    let resp = execd.send(
+        |e| {
+            Ok(e.request("POST", "/files/replace?verbose=true")?
+                .header("content-type", "application/json"))
+        },
+        body.as_bytes(),
+    )?;
+    let resp = execd.check(resp, path).map_err(missing(sandbox_id, path))?;
+    let body = resp
+        .read_all(64 * 1024)
+        .map_err(|t| error::broken_body(t, execd.target()))?;
+    // One path was sent; execd keys the answer by the path as sent (execd
+    // before 1.0.19 answers nothing).
+    let answer: BTreeMap<String, Replaced> = serde_json::from_slice(&body).unwrap_or_default();
+    answer.into_values().next().map(|r| r.count).ok_or_else(|| {
+        error::upstream(format!(
+            "{} replaced the text in {path} but did not say how many times (execd before \
+             1.0.19 does not); check the file with files.read",
+            execd.target()
+        ))
+    })
+}
+
+/// `GET /files/search`: execd walks `path` (symlinks not followed) and lists the files
+/// whose name matches `pattern`.
 pub fn search(sandbox_id: &str, path: &str, pattern: &str) -> Result<Vec<FileInfo>> {
     check_path(path)?;
     check_pattern(pattern)?;

@@ -2,11 +2,12 @@
 //! pairs a `metadata` part with a `file` part per file, both file parts, and
 //! the body has an exact Content-Length (proxies in front of execd need one).
 
-use super::{TRANSFER, check_path, mode_to_execd};
+use super::{Owner, TRANSFER, check_path, mode_to_execd};
 use crate::error::{Result, invalid};
 use crate::execd::Execd;
 use crate::http::Upload;
 use crate::models::UploadMetadata;
+use serde::Serialize;
 
 /// Mode of a new file when the caller gives none.
 const DEFAULT_FILE_MODE: u32 = 0o644;
@@ -20,12 +21,28 @@ pub fn boundary() -> String {
     )
 }
 
+/// A file's `metadata` part: its path and mode, and its owner and group as
+/// names (execd looks them up by name only; `Owner::resolved` gives them).
+#[derive(Serialize)]
+struct Metadata<'a> {
+    #[serde(flatten)]
+    file: UploadMetadata<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    group: Option<&'a str>,
+}
+
 /// The parts in front of one file's bytes: OpenSandbox pairs a `metadata` part
 /// with a `file` part, and both must be file parts.
-pub fn pair_head(boundary: &str, path: &str, mode: u32) -> String {
-    let metadata = serde_json::to_string(&UploadMetadata {
-        path,
-        mode: mode_to_execd(mode),
+pub fn pair_head(boundary: &str, path: &str, mode: u32, owner: &Owner) -> String {
+    let metadata = serde_json::to_string(&Metadata {
+        file: UploadMetadata {
+            path,
+            mode: mode_to_execd(mode),
+        },
+        owner: owner.user.as_deref(),
+        group: owner.group.as_deref(),
     })
     .expect("serialisable");
     format!(

@@ -105,11 +105,12 @@ pub fn write(
     mode: Option<u32>,
     owner: super::Owner,
 ) -> Result<FileWriter> {
-    let _ = owner; // TODO(issue 23): owner/group on upload
     let mode = check_write(path, mode)?;
-    let execd = Execd::connect(sandbox_id)?;
+    let mut execd = Execd::connect(sandbox_id)?;
+    // Checked before the upload: execd would write the file, then fail to chown it.
+    let owner = owner.resolved(&mut execd)?;
     let boundary = boundary();
-    let preamble = pair_head(&boundary, path, mode).into_bytes();
+    let preamble = pair_head(&boundary, path, mode, &owner).into_bytes();
     let epilogue = close(&boundary).into_bytes();
     let total = preamble.len() as u64 + size + epilogue.len() as u64;
     let mut upload = start_upload(&execd, &boundary, total)?;
