@@ -336,6 +336,8 @@ struct WriteParams {
     #[serde(default)]
     encoding: Encoding,
     mode: Option<Value>,
+    owner: Option<String>,
+    group: Option<String>,
     size: Option<u64>,
     files: Option<Vec<FileParams>>,
 }
@@ -349,6 +351,8 @@ struct FileParams {
     #[serde(default)]
     encoding: Encoding,
     mode: Option<Value>,
+    owner: Option<String>,
+    group: Option<String>,
 }
 
 impl FileParams {
@@ -403,6 +407,8 @@ pub async fn write(
             path: None,
             content: None,
             mode: None,
+            owner: None,
+            group: None,
             encoding: Encoding::Utf8,
             size: None,
             sandbox_id,
@@ -410,7 +416,8 @@ pub async fn write(
             write_many(ctx, method, &writer, sandbox_id, files).await
         }
         WriteParams { files: Some(_), .. } => Err(bad(format!(
-            "`{}` lists every file with its own `path`, `content`, `encoding` and `mode`; \
+            "`{}` lists every file with its own `path`, `content`, `encoding`, `mode`, `owner` \
+             and `group`; \
              leave those out of the params themselves (and `stream` and `size`: stream one \
              file at a time)",
             many.unwrap_or("files")
@@ -422,10 +429,13 @@ pub async fn write(
             sandbox_id,
             encoding,
             mode,
+            owner,
+            group,
             files: None,
         } if forward => {
             let mode = mode_bits(mode.as_ref(), "mode").map_err(bad)?;
-            let head = head(sandbox_id, &path, size, mode);
+            let mut head = head(sandbox_id, &path, size, mode);
+            put_owner(&mut head, owner, group);
             let (mut inst, w) = open(ctx, method, writer.function, head).await?;
             let result = async {
                 streamed(
@@ -451,6 +461,8 @@ pub async fn write(
             sandbox_id,
             encoding,
             mode,
+            owner,
+            group,
             files: None,
             ..
         } => {
@@ -459,9 +471,12 @@ pub async fn write(
                 content,
                 encoding,
                 mode,
+                owner: None,
+                group: None,
             };
             let (bytes, mode) = file.decode("").map_err(bad)?;
-            let head = head(sandbox_id, &path, bytes.len() as u64, mode);
+            let mut head = head(sandbox_id, &path, bytes.len() as u64, mode);
+            put_owner(&mut head, owner, group);
             let (mut inst, w) = open(ctx, method, writer.function, head).await?;
             let result = async {
                 for chunk in bytes.chunks(CHUNK) {
@@ -492,6 +507,16 @@ fn head(sandbox_id: String, path: &str, size: u64, mode: Option<u32>) -> Map<Str
         params.insert("mode".into(), format!("{mode:o}").into());
     }
     params
+}
+
+/// Who should own a written file (abx:epp 1.2), into a writer function's
+/// params or a file of several: the provider resolves the names.
+fn put_owner(params: &mut Map<String, Value>, owner: Option<String>, group: Option<String>) {
+    for (key, value) in [("owner", owner), ("group", group)] {
+        if let Some(value) = value {
+            params.insert(key.into(), value.into());
+        }
+    }
 }
 
 /// Ends a write: the writer's `finish`, answered as a plain method's
@@ -584,8 +609,9 @@ async fn write_many(
 ) -> Result<Value, RpcError> {
     let mut heads = Vec::with_capacity(files.len());
     let mut contents = Vec::with_capacity(files.len());
-    for (i, file) in files.into_iter().enumerate() {
+    for (i, mut file) in files.into_iter().enumerate() {
         let path = file.path.clone();
+        let (owner, group) = (file.owner.take(), file.group.take());
         let (bytes, mode) = file
             .decode(&format!("files[{i}]."))
             .map_err(|e| RpcError::invalid_params(method.name, format!("{e} (file {path})")))?;
@@ -595,6 +621,7 @@ async fn write_many(
         if let Some(mode) = mode {
             head.insert("mode".into(), format!("{mode:o}").into());
         }
+        put_owner(&mut head, owner, group);
         heads.push(Value::Object(head));
         contents.push(bytes);
     }
