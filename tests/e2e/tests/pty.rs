@@ -1,30 +1,61 @@
-//! pty: a real terminal through execd's WebSocket.
+//! pty: a real terminal through execd's WebSocket; a terminal as another user;
+//! pty.connect from another process (replay, then live output; input and resize
+//! from there; the previous holder told it was taken over).
 
-use epp_e2e::{Host, Mode, b64d, b64e, both_modes};
+use epp_e2e::{Host, Mode, b64d, b64e, both_modes, unique};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
-/// Everything a terminal printed so far.
-fn output(host: &Host, pty: &str) -> String {
-    let bytes: Vec<u8> = host
-        .notes()
+/// The bytes a terminal printed in this host's notifications from the
+/// `from`-th notification on.
+fn bytes_from(host: &Host, pty: &str, from: usize) -> Vec<u8> {
+    host.notes()
         .iter()
+        .skip(from)
         .filter(|(_, n)| n["method"] == "pty.output" && n["params"]["pty_id"] == pty)
         .flat_map(|(_, n)| b64d(n["params"]["data"].as_str().unwrap()))
-        .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
+        .collect()
 }
 
-fn wait_output(host: &Host, pty: &str, needle: &str) {
+/// Everything a terminal printed so far.
+fn output(host: &Host, pty: &str) -> String {
+    String::from_utf8_lossy(&bytes_from(host, pty, 0)).into_owned()
+}
+
+/// Waits until what the terminal printed from the `from`-th notification on
+/// holds `needle`; answers that output.
+fn wait_output_from(host: &Host, pty: &str, from: usize, needle: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !output(host, pty).contains(needle) {
+    loop {
+        let seen = String::from_utf8_lossy(&bytes_from(host, pty, from)).into_owned();
+        if seen.contains(needle) {
+            return seen;
+        }
         assert!(
             Instant::now() < deadline,
-            "terminal never printed {needle:?}; got {:?}",
-            output(host, pty)
+            "terminal never printed {needle:?}; got {seen:?}"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+fn wait_output(host: &Host, pty: &str, needle: &str) {
+    wait_output_from(host, pty, 0, needle);
+}
+
+fn type_in(host: &Host, id: &str, pty: &str, text: &str) {
+    host.ok(
+        "pty.send_input",
+        json!({"sandbox_id": id, "pty_id": pty, "data": b64e(text.as_bytes())}),
+    );
+}
+
+/// The `pty.exit` of `pty` on `host`.
+fn wait_exit(host: &Host, pty: &str) -> Value {
+    host.wait_note(Duration::from_secs(20), |n| {
+        n["method"] == "pty.exit" && n["params"]["pty_id"] == pty
+    })
+    .unwrap_or_else(|| panic!("no pty.exit for {pty}"))
 }
 
 fn terminal(mode: Mode) {
@@ -35,12 +66,7 @@ fn terminal(mode: Mode) {
         json!({"sandbox_id": id, "cols": 80, "rows": 24}),
     );
     let pty = created["pty_id"].as_str().unwrap().to_string();
-    let input = |text: &str| {
-        host.ok(
-            "pty.send_input",
-            json!({"sandbox_id": id, "pty_id": pty, "data": b64e(text.as_bytes())}),
-        )
-    };
+    let input = |text: &str| type_in(&host, &id, &pty, text);
 
     input("echo $((40+2))\n");
     // The terminal echoes the typed line; the answer is the line that is only "42".
@@ -54,11 +80,7 @@ fn terminal(mode: Mode) {
     wait_output(&host, &pty, "40 100");
 
     input("exit 3\n");
-    let exit = host
-        .wait_note(Duration::from_secs(20), |n: &Value| {
-            n["method"] == "pty.exit" && n["params"]["pty_id"] == pty.as_str()
-        })
-        .expect("pty.exit");
+    let exit = wait_exit(&host, &pty);
     assert_eq!(exit["params"]["exit_code"], 3, "{exit}");
     assert_eq!(exit["params"]["sandbox_id"], id.as_str());
     // Output never comes after the exit notification.
@@ -94,10 +116,7 @@ fn kill_and_env(mode: Mode) {
     );
     wait_output(&host, &pty, "<hi there>");
     host.ok("pty.kill", json!({"sandbox_id": id, "pty_id": pty}));
-    let exit = host.wait_note(Duration::from_secs(20), |n| {
-        n["method"] == "pty.exit" && n["params"]["pty_id"] == pty.as_str()
-    });
-    let exit = exit.expect("no pty.exit after pty.kill");
+    let exit = wait_exit(&host, &pty);
     // pty.kill sends SIGKILL: 128 + 9, as commands.run reports a signal.
     assert_eq!(exit["params"]["exit_code"], 137, "{exit}");
     host.fails(
@@ -112,3 +131,194 @@ fn kill_and_env(mode: Mode) {
     );
 }
 both_modes!(kill_and_environment, super::kill_and_env);
+
+/// A terminal as another user: the shell, and a `cmd`, are theirs.
+fn as_user(host: Host, user: &str, home: &str) {
+    let id = host.create_sandbox();
+    let pty = host.ok(
+        "pty.create",
+        json!({"sandbox_id": id, "user": user, "envs": {"MARK": "m"}}),
+    )["pty_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    type_in(&host, &id, &pty, "echo \"<$(id -un)|$HOME|$USER|$MARK>\"\n");
+    wait_output(&host, &pty, &format!("\n<{user}|{home}|{user}|m>"));
+    type_in(&host, &id, &pty, "exit 4\n");
+    assert_eq!(wait_exit(&host, &pty)["params"]["exit_code"], 4);
+
+    let pty = host.ok(
+        "pty.create",
+        json!({"sandbox_id": id, "user": user, "cmd": "echo \"[$(id -un)]\"; exit 6"}),
+    )["pty_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(wait_exit(&host, &pty)["params"]["exit_code"], 6);
+    assert!(
+        output(&host, &pty).contains(&format!("[{user}]")),
+        "{}",
+        output(&host, &pty)
+    );
+
+    let ghost = unique("ghost");
+    let e = host.fails(
+        "pty.create",
+        json!({"sandbox_id": id, "user": ghost}),
+        "E1001",
+    );
+    assert!(e.message.contains(&ghost), "{e:?}");
+}
+
+fn as_user_docker(mode: Mode) {
+    as_user(Host::start_docker(mode), "user", "/home/user")
+}
+both_modes!(docker_terminal_as_a_user, super::as_user_docker);
+
+fn as_user_local(mode: Mode) {
+    as_user(Host::start(mode), "nobody", "/nonexistent")
+}
+both_modes!(local_terminal_as_a_user, super::as_user_local);
+
+/// pty.connect from a second process: it gets the terminal's output from the
+/// start (replay), then live; its input and resize reach the shell; the first
+/// holder's stream ends saying it was taken over, and its input is refused. A
+/// third connects from an offset; the second, connecting again, replaces its
+/// own stream; an unknown or exited terminal is E4004.
+fn connect(first: Host, second: Host, third: Host) {
+    let id = first.create_sandbox();
+    let pty = first.ok("pty.create", json!({"sandbox_id": id}))["pty_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    type_in(&first, &id, &pty, "echo one-$((1+1))\n");
+    wait_output(&first, &pty, "\none-2\r\n");
+
+    let answer = second.ok("pty.connect", json!({"sandbox_id": id, "pty_id": pty}));
+    assert_eq!(answer, json!({"pty_id": pty}));
+    // The replay: what the first saw, from the first byte.
+    wait_output(&second, &pty, "\none-2\r\n");
+    let first_saw = output(&first, &pty);
+    let second_saw = output(&second, &pty);
+    assert!(
+        second_saw.starts_with(&first_saw[..first_saw.find("one-2\r\n").unwrap()]),
+        "replay {second_saw:?} is not what the first saw, {first_saw:?}"
+    );
+    // The first is told, and can no longer type.
+    let exit = wait_exit(&first, &pty);
+    let error = exit["params"]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(&format!(
+            "terminal {pty} of sandbox {id} was taken over by a pty.connect"
+        )) && error.contains("another epp-host process")
+            && error.contains("call pty.connect here"),
+        "{exit}"
+    );
+    assert_eq!(exit["params"]["exit_code"], Value::Null, "{exit}");
+    let e = first.fails(
+        "pty.send_input",
+        json!({"sandbox_id": id, "pty_id": pty, "data": b64e(b"echo lost\n")}),
+        "E4004",
+    );
+    assert!(e.message.contains("pty.connect attaches it here"), "{e:?}");
+
+    // Live: input and resize from the second.
+    let live_from = second.notes().len();
+    second.ok(
+        "pty.resize",
+        json!({"sandbox_id": id, "pty_id": pty, "cols": 101, "rows": 41}),
+    );
+    type_in(&second, &id, &pty, "stty size; echo two-$((1+1))\n");
+    wait_output_from(&second, &pty, live_from, "\ntwo-2\r\n");
+    let live = wait_output_from(&second, &pty, live_from, "41 101");
+    assert!(
+        !live.contains("one-2\r\n"),
+        "live output repeated the replay: {live:?}"
+    );
+
+    // A third from an offset: only what came after it.
+    let since = bytes_from(&second, &pty, 0).len();
+    third.ok(
+        "pty.connect",
+        json!({"sandbox_id": id, "pty_id": pty, "since": since}),
+    );
+    type_in(&third, &id, &pty, "echo three-$((1+2))\n");
+    wait_output(&third, &pty, "\nthree-3\r\n");
+    let third_saw = output(&third, &pty);
+    assert!(
+        !third_saw.contains("one-2") && !third_saw.contains("two-2"),
+        "since={since} replayed older output: {third_saw:?}"
+    );
+    let exit = wait_exit(&second, &pty);
+    assert!(
+        exit["params"]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("taken over"),
+        "{exit}"
+    );
+
+    // Connecting again from the same process replaces its own stream.
+    let before = third.notes().len();
+    third.ok("pty.connect", json!({"sandbox_id": id, "pty_id": pty}));
+    let exit = wait_exit(&third, &pty);
+    assert!(
+        exit["params"]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("a later pty.connect in this epp-host process"),
+        "{exit}"
+    );
+    wait_output_from(&third, &pty, before, "\none-2\r\n");
+    let after = third.notes().len();
+    type_in(&third, &id, &pty, "echo four-$((2+2))\n");
+    wait_output_from(&third, &pty, after, "\nfour-4\r\n");
+    third.ok("pty.kill", json!({"sandbox_id": id, "pty_id": pty}));
+    let exit = third
+        .wait_note(Duration::from_secs(20), |n| {
+            n["method"] == "pty.exit"
+                && n["params"]["pty_id"] == pty
+                && n["params"]["exit_code"] == 137
+        })
+        .expect("pty.exit 137 after pty.kill");
+    assert!(exit["params"].get("error").is_none(), "{exit}");
+
+    // Gone, never there, or exited: E4004.
+    for missing in [pty.as_str(), "no-such-terminal"] {
+        let e = second.fails(
+            "pty.connect",
+            json!({"sandbox_id": id, "pty_id": missing}),
+            "E4004",
+        );
+        assert!(
+            e.message
+                .contains(&format!("terminal {missing} does not exist")),
+            "{e:?}"
+        );
+    }
+    let done = first.ok("pty.create", json!({"sandbox_id": id, "cmd": "exit 0"}))["pty_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(wait_exit(&first, &done)["params"]["exit_code"], 0);
+    let e = second.fails(
+        "pty.connect",
+        json!({"sandbox_id": id, "pty_id": done}),
+        "E4004",
+    );
+    assert!(e.message.contains("has exited"), "{e:?}");
+}
+
+fn connect_docker(mode: Mode) {
+    connect(
+        Host::start_docker(mode),
+        Host::start_docker(mode),
+        Host::start_docker(mode),
+    )
+}
+both_modes!(docker_connect_from_other_processes, super::connect_docker);
+
+fn connect_local(mode: Mode) {
+    connect(Host::start(mode), Host::start(mode), Host::start(mode))
+}
+both_modes!(local_connect_from_other_processes, super::connect_local);

@@ -1,0 +1,413 @@
+//! Run as another user (abx:epp 1.2): commands (foreground, background, with
+//! stdin) and sessions as a user given by name or uid, files written with an
+//! owner and a group, files.chmod. The Docker tier's sandboxes have `user`
+//! (1000, /home/user), which is the real proof; on the local tier a sandbox is
+//! this machine, whose `nobody` (65534) is the user at hand. Terminals as a
+//! user are in pty.rs.
+
+use epp_e2e::{Host, Mode, b64e, both_modes, unique, wait_until};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// A user of the sandbox's own /etc/passwd and what it should see.
+struct Someone {
+    name: &'static str,
+    uid: u32,
+    group: &'static str,
+    home: &'static str,
+}
+
+const DOCKER_USER: Someone = Someone {
+    name: "user",
+    uid: 1000,
+    group: "user",
+    home: "/home/user",
+};
+
+const LOCAL_USER: Someone = Someone {
+    name: "nobody",
+    uid: 65534,
+    group: "nogroup",
+    home: "/nonexistent",
+};
+
+fn run(host: &Host, params: Value) -> Value {
+    let r = host.ok("commands.run", params.clone());
+    assert_eq!(r["exit_code"], 0, "{params} → {r}");
+    r
+}
+
+/// Foreground, background and stdin commands run as the user, by name or by
+/// uid; what they create is theirs; an unknown user is E1001 naming it.
+fn commands(host: Host, who: &Someone) {
+    let id = host.create_sandbox();
+    let made = format!("/tmp/{}", unique("by-user"));
+    let r = run(
+        &host,
+        json!({"sandbox_id": id, "user": who.name,
+            "cmd": format!("id -un; id -u; id -gn; echo \"$HOME|$USER|$LOGNAME\"; touch {made}")}),
+    );
+    assert_eq!(
+        r["stdout"],
+        format!(
+            "{}\n{}\n{}\n{}|{}|{}\n",
+            who.name, who.uid, who.group, who.home, who.name, who.name
+        ),
+        "{r}"
+    );
+    let info = host.ok("files.get_info", json!({"sandbox_id": id, "path": made}));
+    assert_eq!(
+        (&info["owner"], &info["group"]),
+        (&json!(who.name), &json!(who.group))
+    );
+
+    // By uid; the request's own variables win over the user's.
+    let r = run(
+        &host,
+        json!({"sandbox_id": id, "user": who.uid.to_string(), "envs": {"HOME": "/tmp"},
+            "cmd": "echo \"$(id -un) $HOME $USER\""}),
+    );
+    assert_eq!(r["stdout"], format!("{} /tmp {}\n", who.name, who.name));
+    // Without `user`, the sandbox's own (root on both tiers).
+    assert_eq!(
+        run(&host, json!({"sandbox_id": id, "cmd": "id -un"}))["stdout"],
+        "root\n"
+    );
+
+    // In the background: the log says who ran it.
+    let started = host.ok(
+        "commands.run",
+        json!({"sandbox_id": id, "user": who.name, "background": true, "cmd": "id -un"}),
+    );
+    let command = started["command_id"].as_str().unwrap().to_string();
+    wait_until(
+        "the background command's end",
+        Duration::from_secs(20),
+        || {
+            let s = host.ok(
+                "commands.status",
+                json!({"sandbox_id": id, "command_id": command}),
+            );
+            (s["running"] == false).then_some(())
+        },
+    );
+    let logs = host.ok(
+        "commands.logs",
+        json!({"sandbox_id": id, "command_id": command}),
+    );
+    assert_eq!(logs["output"], format!("{}\n", who.name), "{logs}");
+
+    // With stdin (execd's PTY pipe mode, which takes no uid: setpriv runs it).
+    let req = host.send(
+        "commands.run",
+        json!({"sandbox_id": id, "user": who.name, "stdin": true, "stream": true,
+            "cmd": "read line; echo \"$line $(id -un) $HOME\""}),
+    );
+    let started = host
+        .first_note("commands.started", &req, Duration::from_secs(20))
+        .expect("commands.started");
+    let command = started["params"]["command_id"].as_str().unwrap();
+    host.ok(
+        "commands.send_input",
+        json!({"sandbox_id": id, "command_id": command, "data": b64e(b"typed\n")}),
+    );
+    let answer = host
+        .wait(&req, Duration::from_secs(20))
+        .expect("stdin command");
+    assert_eq!(answer["exit_code"], 0, "{answer}");
+    let out: String = host
+        .notes_for("commands.output", &req)
+        .iter()
+        .map(|(_, n)| n["params"]["data"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(out, format!("typed {} {}\n", who.name, who.home));
+
+    // Unknown users, by name and by uid: E1001 naming them, nothing run.
+    let ghost = unique("ghost");
+    for (user, stdin) in [
+        (ghost.as_str(), false),
+        ("4242424", false),
+        (ghost.as_str(), true),
+    ] {
+        let e = host.fails(
+            "commands.run",
+            json!({"sandbox_id": id, "user": user, "stdin": stdin, "stream": stdin,
+                "cmd": format!("touch /tmp/{ghost}")}),
+            "E1001",
+        );
+        assert!(
+            e.message
+                .contains(&format!("user `{user}` does not exist in sandbox {id}"))
+                && e.message.contains("/etc/passwd"),
+            "{e:?}"
+        );
+    }
+    let e = host.fails(
+        "commands.run",
+        json!({"sandbox_id": id, "user": "a b", "cmd": "true"}),
+        "E1001",
+    );
+    assert!(e.message.contains("`user`"), "{e:?}");
+    let exists = host.ok(
+        "files.exists",
+        json!({"sandbox_id": id, "path": format!("/tmp/{ghost}")}),
+    );
+    assert_eq!(exists["exists"], false);
+}
+
+fn commands_docker(mode: Mode) {
+    commands(Host::start_docker(mode), &DOCKER_USER)
+}
+both_modes!(docker_commands_as_a_user, super::commands_docker);
+
+fn commands_local(mode: Mode) {
+    commands(Host::start(mode), &LOCAL_USER)
+}
+both_modes!(local_commands_as_a_user, super::commands_local);
+
+fn owner_of(info: &Value) -> (&str, &str) {
+    (
+        info["owner"].as_str().unwrap(),
+        info["group"].as_str().unwrap(),
+    )
+}
+
+/// files.write with an owner and a group (by name and by number, one file and
+/// many), files.chmod of mode and owner, and the errors: an unknown owner or
+/// group writes nothing, a chmod of nothing or of a missing file.
+fn files(host: Host, who: &Someone) {
+    let id = host.create_sandbox();
+    let dir = format!("/tmp/{}", unique("owned"));
+    let path = format!("{dir}/secret.txt");
+    let info = host.ok(
+        "files.write",
+        json!({"sandbox_id": id, "path": path, "content": "mine", "mode": "600",
+            "owner": who.name, "group": who.group}),
+    );
+    assert_eq!(owner_of(&info), (who.name, who.group), "{info}");
+    assert_eq!(info["mode"], "0600");
+    // Only its owner may read it now: the user can, and finds it theirs.
+    let r = run(
+        &host,
+        json!({"sandbox_id": id, "user": who.name, "cmd": format!("cat {path}; stat -c %U {path}")}),
+    );
+    assert_eq!(r["stdout"], format!("mine{}\n", who.name));
+
+    // By number, and in a list (per file; one file of the list without).
+    let info = host.ok(
+        "files.write",
+        json!({"sandbox_id": id, "path": format!("{dir}/by-uid"), "content": "x",
+            "owner": who.uid.to_string(), "group": "0"}),
+    );
+    assert_eq!(owner_of(&info), (who.name, "root"), "{info}");
+    let many = host.ok(
+        "files.write",
+        json!({"sandbox_id": id, "files": [
+            {"path": format!("{dir}/m1"), "content": "1", "owner": who.name},
+            {"path": format!("{dir}/m2"), "content": "2"},
+            {"path": format!("{dir}/m3"), "content": "3", "group": who.group},
+        ]}),
+    );
+    let owners: Vec<(&str, &str)> = many["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(owner_of)
+        .collect();
+    assert_eq!(
+        owners,
+        [(who.name, "root"), ("root", "root"), ("root", who.group)],
+        "{many}"
+    );
+
+    // chmod: mode and owner at once, then the group alone; the answer is the file's info.
+    let info = host.ok(
+        "files.chmod",
+        json!({"sandbox_id": id, "path": path, "mode": "640", "owner": "root"}),
+    );
+    assert_eq!(
+        (info["mode"].as_str(), owner_of(&info)),
+        (Some("0640"), ("root", who.group))
+    );
+    let info = host.ok(
+        "files.chmod",
+        json!({"sandbox_id": id, "path": path, "group": "root"}),
+    );
+    assert_eq!(
+        (info["mode"].as_str(), owner_of(&info)),
+        (Some("0640"), ("root", "root"))
+    );
+    assert_eq!(
+        host.ok("files.get_info", json!({"sandbox_id": id, "path": path})),
+        info
+    );
+    // The user lost it with the owner: reading it fails now.
+    let r = host.ok(
+        "commands.run",
+        json!({"sandbox_id": id, "user": who.name, "cmd": format!("cat {path}")}),
+    );
+    assert_ne!(r["exit_code"], 0, "{r}");
+
+    // Unknown owner or group: E1001 naming it, and nothing is written.
+    let ghost = unique("ghost");
+    let fresh = format!("{dir}/never");
+    for (field, value) in [
+        ("owner", ghost.as_str()),
+        ("group", ghost.as_str()),
+        ("owner", "4242424"),
+    ] {
+        let e = host.fails(
+            "files.write",
+            json!({"sandbox_id": id, "path": fresh, "content": "x", field: value}),
+            "E1001",
+        );
+        assert!(
+            e.message.contains(&format!("`{field}`")) && e.message.contains(&format!("`{value}`")),
+            "{e:?}"
+        );
+        let e = host.fails(
+            "files.chmod",
+            json!({"sandbox_id": id, "path": path, field: value}),
+            "E1001",
+        );
+        assert!(e.message.contains(&format!("`{value}`")), "{e:?}");
+    }
+    let e = host.fails(
+        "files.write",
+        json!({"sandbox_id": id, "files": [
+            {"path": format!("{dir}/m1"), "content": "changed"},
+            {"path": fresh, "content": "x", "owner": ghost},
+        ]}),
+        "E1001",
+    );
+    assert!(
+        e.message.contains(&ghost) && e.message.contains("file 2 of 2"),
+        "{e:?}"
+    );
+    assert_eq!(
+        host.ok("files.exists", json!({"sandbox_id": id, "path": fresh}))["exists"],
+        false
+    );
+    assert_eq!(
+        host.ok(
+            "files.read",
+            json!({"sandbox_id": id, "path": format!("{dir}/m1")})
+        )["content"],
+        "1"
+    );
+    // chmod of nothing, of mode 0, of a missing file.
+    let e = host.fails(
+        "files.chmod",
+        json!({"sandbox_id": id, "path": path}),
+        "E1001",
+    );
+    assert!(e.message.contains("`mode`"), "{e:?}");
+    let e = host.fails(
+        "files.chmod",
+        json!({"sandbox_id": id, "path": path, "mode": "0"}),
+        "E1001",
+    );
+    assert!(e.message.contains("chmod 000"), "{e:?}");
+    let e = host.fails(
+        "files.chmod",
+        json!({"sandbox_id": id, "path": fresh, "mode": "644"}),
+        "E4004",
+    );
+    assert!(e.message.contains(&fresh), "{e:?}");
+}
+
+fn files_docker(mode: Mode) {
+    files(Host::start_docker(mode), &DOCKER_USER)
+}
+both_modes!(docker_owners_and_chmod, super::files_docker);
+
+fn files_local(mode: Mode) {
+    files(Host::start(mode), &LOCAL_USER)
+}
+both_modes!(local_owners_and_chmod, super::files_local);
+
+fn session_run(host: &Host, id: &str, session: &str, cmd: &str) -> Value {
+    host.ok(
+        "sessions.run",
+        json!({"sandbox_id": id, "session_id": session, "cmd": cmd}),
+    )
+}
+
+/// A session as the user: every run is theirs (also from another host
+/// process), and exported variables (set and unset), cwd and functions carry
+/// over as in any session.
+fn session(first: Host, second: Host, who: &Someone) {
+    let id = first.create_sandbox();
+    let session = first.ok(
+        "sessions.create",
+        json!({"sandbox_id": id, "user": who.name}),
+    )["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let made = format!("/tmp/{}", unique("session-file"));
+    let r = session_run(
+        &first,
+        &id,
+        &session,
+        &format!(
+            "id -un; echo \"$HOME|$USER\"; cd /tmp; export KEPT=1 GONE=2; greet() {{ echo \"hi $1\"; }}; touch {made}"
+        ),
+    );
+    assert_eq!(
+        (r["exit_code"].as_i64(), r["stdout"].as_str()),
+        (
+            Some(0),
+            Some(format!("{}\n{}|{}\n", who.name, who.home, who.name).as_str())
+        ),
+        "{r}"
+    );
+    let info = first.ok("files.get_info", json!({"sandbox_id": id, "path": made}));
+    assert_eq!(owner_of(&info), (who.name, who.group));
+    let r = session_run(&first, &id, &session, "unset GONE; false");
+    assert_eq!(r["exit_code"], 1, "the run's own status: {r}");
+    // Another process finds whose the session is.
+    let r = session_run(
+        &second,
+        &id,
+        &session,
+        "id -un; pwd; echo \"${KEPT-unset} ${GONE-unset}\"; greet there",
+    );
+    assert_eq!(
+        r["stdout"],
+        format!("{}\n/tmp\n1 unset\nhi there\n", who.name),
+        "{r}"
+    );
+    let r = session_run(&second, &id, &session, "exit 5");
+    assert_eq!(r["exit_code"], 5, "{r}");
+    second.ok(
+        "sessions.close",
+        json!({"sandbox_id": id, "session_id": session}),
+    );
+    first.fails(
+        "sessions.run",
+        json!({"sandbox_id": id, "session_id": session, "cmd": "true"}),
+        "E4004",
+    );
+    let ghost = unique("ghost");
+    let e = first.fails(
+        "sessions.create",
+        json!({"sandbox_id": id, "user": ghost}),
+        "E1001",
+    );
+    assert!(e.message.contains(&ghost), "{e:?}");
+}
+
+fn session_docker(mode: Mode) {
+    session(
+        Host::start_docker(mode),
+        Host::start_docker(mode),
+        &DOCKER_USER,
+    )
+}
+both_modes!(docker_session_as_a_user, super::session_docker);
+
+fn session_local(mode: Mode) {
+    session(Host::start(mode), Host::start(mode), &LOCAL_USER)
+}
+both_modes!(local_session_as_a_user, super::session_local);
