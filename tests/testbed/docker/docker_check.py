@@ -2,11 +2,12 @@
 
 For `testbed check --docker` (in place of conformance/lifecycle_check.py, which
 looks at the local runtime's processes): each sandbox is a container of the
-testbed's engine (looked at through the Docker SDK); pause is `docker pause`;
-a snapshot is a `docker commit` a new sandbox starts from, with the file written
-before; a host-path volume is a bind under [storage] allowed_host_paths and a path
-outside is refused; a networkPolicy starts the egress stand-in sidecar with the
-policy, and the server's /networkpolicy reads it back; deleting removes it all.
+testbed's engine (looked at through the Docker SDK); execd runs commands as root
+and as uid 1000; pause is `docker pause`; a snapshot is a `docker commit` a new
+sandbox starts from, with the file written before; a host-path volume is a bind
+under [storage] allowed_host_paths and a path outside is refused, a named volume is
+shared; a networkPolicy starts the egress stand-in sidecar with the policy, and the
+server's /networkpolicy reads it back; deleting removes it all.
 
 Environment: OPEN_SANDBOX_DOMAIN, OPEN_SANDBOX_API_KEY, DOCKER_HOST (the engine),
 TESTBED_DOCKER_VOLUMES (the allowed host folder). Run with the server venv's
@@ -82,6 +83,21 @@ def run_in(sandbox_id: str, cmd: str) -> str:
     return out.decode()
 
 
+def execd_run(sandbox_id: str, command: str, **extra) -> str:
+    """stdout of `command` run by the sandbox's execd (POST /command), through its endpoint."""
+    status, ep = call("GET", f"/sandboxes/{sandbox_id}/endpoints/44772")
+    check(status == 200, f"execd endpoint ({status} {ep})")
+    req = urllib.request.Request(f"http://{ep['endpoint']}/command", method="POST",
+                                 data=json.dumps({"command": command, **extra}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        events = [json.loads(chunk) for chunk in resp.read().decode().split("\n\n") if chunk.strip()]
+    errors = [e for e in events if e.get("type") == "error"]
+    if errors:
+        raise Mismatch(f"`{command}` failed: {errors}")
+    return "".join(e.get("text", "") for e in events if e.get("type") == "stdout")
+
+
 def delete(sandbox_id: str) -> None:
     status, resp = call("DELETE", f"/sandboxes/{sandbox_id}")
     check(status == 204, f"delete: 204 ({status} {resp})")
@@ -112,6 +128,9 @@ def part_lifecycle() -> None:
         check(resp.status == 200, "execd answers through the published port")
     check(run_in(sid, "test -f /.dockerenv && id -un && ls -d /home/user") == "root\n/home/user\n",
           "a container of the image: root and a normal user")
+    check(execd_run(sid, "id -un; id -u; echo $HOME") == "root\n0\n/root\n", "execd runs commands as root")
+    check(execd_run(sid, "id -un; id -g; touch /home/user/mine; stat -c %U /home/user/mine", uid=1000)
+          == "user\n1000\nuser\n", "and as uid 1000 (setuid in the container)")
     status, _ = call("POST", f"/sandboxes/{sid}/pause")
     c.reload()
     check(status == 202 and c.attrs["State"]["Paused"], "pause is docker pause")
@@ -164,6 +183,16 @@ def part_volumes() -> None:
     run_in(sid, "echo written-in-the-container > /data/back.txt")
     check((host_dir / "back.txt").read_text() == "written-in-the-container\n", "and back: a real bind")
     delete(sid)
+    claim = f"testbed-check-{uuid.uuid4().hex[:8]}"
+    pvc = [{"name": "named", "pvc": {"claimName": claim, "createIfNotExists": True}, "mountPath": "/named"}]
+    first = create(volumes=pvc)
+    check(ENGINE.volumes.get(claim) is not None, "a named volume: created in the engine")
+    run_in(first, "echo shared > /named/f.txt")
+    second = create(volumes=pvc)
+    check(run_in(second, "cat /named/f.txt") == "shared\n", "a second sandbox sees what the first wrote")
+    delete(first)
+    delete(second)
+    ENGINE.volumes.get(claim).remove()
     status, resp = call("POST", "/sandboxes", {"image": {"uri": IMAGE}, "entrypoint": ["tail", "-f", "/dev/null"],
                                                "timeout": 600, "resourceLimits": {},
                                                "volumes": [{"name": "etc", "host": {"path": "/etc"},
@@ -196,7 +225,7 @@ def part_egress() -> None:
 def main() -> int:
     failures = []
     for name, fn in (("lifecycle, pause", part_lifecycle), ("snapshot (docker commit)", part_snapshot),
-                     ("volumes (host binds)", part_volumes), ("egress sidecar", part_egress)):
+                     ("volumes (host binds, named)", part_volumes), ("egress sidecar", part_egress)):
         print(name, flush=True)
         try:
             fn()
