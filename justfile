@@ -14,11 +14,12 @@ build:
     cargo build -p epp-host -p execd-standin
     scripts/sign-dev
 
-# Everything CI checks: format, lints, unit tests, end-to-end tests, SDK conformance, the release in jco, MCP clients and the MCP conformance suite, `just install` from a clean clone.
+# Everything CI checks: format, lints, unit tests, end-to-end tests (local and Docker tiers), SDK conformance on both tiers, the release in jco, MCP clients and the MCP conformance suite, `just install` from a clean clone. Needs root (the Docker tier starts its own engine).
 test: build lint release
     cargo test -p epp-authority -p opensandbox-settings -p opensandbox-provider -p epp-client -p epp-host -p execd-standin
     scripts/e2e
     tests/testbed/testbed check
+    tests/testbed/testbed check --docker
     tests/jco/run
     tests/mcp/run
     tests/install/run
