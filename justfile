@@ -14,11 +14,12 @@ build:
     cargo build -p epp-host -p execd-standin
     scripts/sign-dev
 
-# Everything CI checks: format, lints, unit tests, end-to-end tests, SDK conformance, the release in jco, MCP clients and the MCP conformance suite, `just install` from a clean clone.
+# Everything CI checks: format, lints, unit tests, end-to-end tests (local and Docker tiers), SDK conformance on both tiers, the release in jco, MCP clients and the MCP conformance suite, `just install` from a clean clone. Needs root (the Docker tier starts its own engine).
 test: build lint release
     cargo test -p epp-authority -p opensandbox-settings -p opensandbox-provider -p epp-client -p epp-host -p execd-standin
     scripts/e2e
     tests/testbed/testbed check
+    tests/testbed/testbed check --docker
     tests/jco/run
     tests/mcp/run
     tests/install/run
@@ -33,12 +34,12 @@ lint:
 install *args:
     scripts/install {{args}}
 
-# The real opensandbox-server on 127.0.0.1:8080 (foreground; Ctrl-C stops everything).
+# The real opensandbox-server on 127.0.0.1:8080 (foreground; Ctrl-C stops everything); --docker: unpatched, on a Docker engine it starts itself (root; docker.io installed when missing).
 testbed *args:
     cargo build -p execd-standin
     tests/testbed/testbed start {{args}}
 
-# Official Python + TypeScript SDKs against the testbed, direct and server-proxy modes.
+# Official Python + TypeScript SDKs against the testbed, direct and server-proxy modes (--docker: against the Docker tier, with its raw checks of containers, snapshots, volumes, egress).
 testbed-check *args:
     cargo build -p execd-standin
     tests/testbed/testbed check {{args}}

@@ -72,6 +72,8 @@ struct Method {
     stream: Option<Stream>,
     /// `title=TEXT`: its tool's title, instead of the one its name gives.
     title: Option<String>,
+    /// `tool=named`: an MCP server lists its tool only when asked for it by name.
+    named: bool,
     /// `fed.PARAM=METHOD`: with the `when.` flag PARAM the call is fed by
     /// METHOD requests while it runs (a tool cannot, so it has no PARAM).
     fed: Vec<(String, String)>,
@@ -555,7 +557,7 @@ fn tags(line: &str) -> Result<Vec<String>, String> {
 const METHOD_TAGS: &str = "capability=NAME, result=KEY, default.FIELD=JSON, alias.WIRE=FIELD, \
      range.FIELD=MIN..MAX, extends=FIELD, wait[=FIELD], stream, id=KEY, forward=CAPABILITY, \
      resume=METHOD, resource=TEMPLATE, resource.PARAM=JSON, watches=METHOD, note=NAME, input=NAME, detach, when.PARAM=FUNCTION, fed.PARAM=METHOD, \
-     prefer=FUNCTION or title=TEXT";
+     prefer=FUNCTION, title=TEXT or tool=named";
 
 fn method(cx: &Ctx, func: &Function, line: &str) -> Result<Method, String> {
     let params = params(cx.resolve, func);
@@ -577,6 +579,7 @@ fn method(cx: &Ctx, func: &Function, line: &str) -> Result<Method, String> {
         wait: None,
         stream: None,
         title: None,
+        named: false,
         fed: Vec::new(),
         resource: None,
         resource_params: Vec::new(),
@@ -645,6 +648,8 @@ fn method(cx: &Ctx, func: &Function, line: &str) -> Result<Method, String> {
                 m.resource = Some(value.to_string());
             }
             "watches" => m.watches = Some(value.to_string()),
+            "tool" if value == "named" => m.named = true,
+            "tool" => return Err(format!("tool={value}: the only form is tool=named")),
             "title" => {
                 let title = match value.starts_with('"') {
                     true => serde_json::from_str::<String>(value)
@@ -1553,7 +1558,10 @@ impl Renames {
             map.insert(m.function.clone(), tool_name(&m.wire));
             map.insert(m.wire.clone(), tool_name(&m.wire));
         }
-        let docs = cx.functions.values().map(|f| &f.docs).chain([&infra.docs]);
+        // Words written in capitals in the functions' docs (PTY, VPC, URL) keep
+        // them in titles; the interface's doc is left out, as its capitals are
+        // the tags' placeholders (TEMPLATE, KEY, NAME).
+        let docs = cx.functions.values().map(|f| &f.docs);
         let capitals = docs
             .flat_map(|d| {
                 d.contents
@@ -2492,8 +2500,9 @@ fn render_tools(
             code,
             "    Tool {{ name: {:?}, method: {:?}, title: {:?}, description: {:?}, \
              input_schema: {:?}, output_schema: {:?}, read_only: {read_only}, \
-             destructive: {destructive}, idempotent: {idempotent}, feeds: {feeds} }},",
-            t.name, t.method, t.title, t.description, t.input, t.output
+             destructive: {destructive}, idempotent: {idempotent}, feeds: {feeds}, \
+             named: {} }},",
+            t.name, t.method, t.title, t.description, t.input, t.output, m.named
         );
     }
     if let Some((name, _)) = shared.params.iter().find(|(n, _)| !used.contains(n)) {

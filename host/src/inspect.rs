@@ -229,23 +229,27 @@ fn check_manifest_file(path: &Path, wasm: &[u8], derived: Option<&Manifest>) -> 
 }
 
 /// Which `abx:epp` the component was built against and what follows for it
-/// here: an older one is served by name, without what it cannot have, and
-/// (having no `needs()`) gets its secret settings in its environment.
+/// here: an older one is served by name, without what it cannot have; and
+/// which secret settings it reads from its environment: those the host does
+/// not send as headers for it (all of them for a 1.0 component, which has no
+/// `needs()`; for a later one, those it sends itself, such as a registry
+/// password in a request body).
 fn contract_view(rt: &Runtime) -> Value {
     let secrets: Vec<&str> = rt
         .info
         .settings
         .iter()
         .filter(|s| s.secret)
+        .filter(|s| !rt.needs.secret_headers.iter().any(|h| h.setting == s.name))
         .map(|s| s.name.as_str())
         .collect();
-    let current = rt.contract.is_current();
     json!({
         "built_against": format!("abx:epp@{}", rt.contract.version),
         "host_speaks": format!("abx:epp@{}", crate::contract::current()),
-        "current": current,
+        "current": rt.contract.is_current(),
         "not_served": rt.not_served,
-        "secrets_in_component_environment": if current { Vec::new() } else { secrets },
+        "has_needs": rt.contract.has_needs(),
+        "secrets_in_component_environment": secrets,
     })
 }
 
@@ -317,8 +321,13 @@ fn print_contract(c: &Value) {
     }
     let secrets = strings(&c["secrets_in_component_environment"]);
     if !secrets.is_empty() {
+        // Before needs() (abx:epp 1.0) every secret, the API key too.
+        let warning = match c["has_needs"].as_bool() {
+            Some(false) => "WARNING: built before needs(), ",
+            _ => "",
+        };
         println!(
-            "            WARNING: its secret settings ({}) are in its environment: it sends them itself",
+            "            {warning}its secret settings ({}) are in its environment: it sends them itself",
             secrets.join(", ")
         );
     }

@@ -1,9 +1,10 @@
-//! The released abx:epp 1.0.0 provider (tests/fixtures/epp-1.0.0, built from
-//! 472a2d9's guest and WIT) under today's host, whose WIT has moved on: it is
-//! loaded (imports matched by semver, exports called by name, like every
+//! The released abx:epp 1.0.0 and 1.1.0 providers (tests/fixtures/epp-1.0.0,
+//! built from 472a2d9's guest and WIT; tests/fixtures/epp-1.1.0, from
+//! 126fecf's) under today's host, whose WIT has moved on: each is loaded
+//! (imports matched by semver, exports called by name, like every
 //! component's), says which version it was built against, and serves a real
-//! session against the testbed, streams and terminals included; what 1.0
-//! lacks (functions added since) answers E8004.
+//! session against the testbed, streams and terminals included; what it lacks
+//! (functions, and params of its functions, added since) answers E8004.
 
 mod common;
 
@@ -15,8 +16,12 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 fn fixture(file: &str) -> PathBuf {
+    fixture_of("1.0.0", file)
+}
+
+fn fixture_of(version: &str, file: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/epp-1.0.0")
+        .join(format!("../tests/fixtures/epp-{version}"))
         .join(file)
 }
 
@@ -242,6 +247,180 @@ fn the_released_1_0_component_serves_a_session_against_the_testbed() {
         Err(e) => assert_eq!(e.code(), Some(EppCode::NotFound), "{e}"),
         Ok(info) => assert_ne!(info["state"], "Running", "still running after kill: {info}"),
     }
+    client.close_input();
+    let _ = child.wait();
+}
+
+#[test]
+fn inspect_says_the_1_1_component_is_older_and_keeps_its_secrets_out() {
+    let out = host_command()
+        .args([
+            "inspect",
+            "--json",
+            "--trust-file",
+            "/dev/null",
+            "--trusted-key",
+        ])
+        .arg(fixture_of("1.1.0", "fixture.pub"))
+        .arg(fixture_of("1.1.0", "opensandbox.wasm"))
+        .output()
+        .expect("epp-host inspect");
+    let report: Value = serde_json::from_slice(&out.stdout).expect("inspect --json");
+    assert_eq!(report["world"], "abx:epp/provider@1.1.0", "{report:#}");
+    assert_eq!(report["exports"], json!(["abx:epp/infra@1.1.0"]));
+    let contract = &report["contract"];
+    assert_eq!(contract["built_against"], "abx:epp@1.1.0");
+    assert_eq!(contract["current"], false);
+    assert_eq!(contract["not_served"], json!([]), "{contract}");
+    // A 1.1 component says what it needs: its API key stays with the host;
+    // the registry password, which it sends itself (in the create body), is
+    // all it sees.
+    assert_eq!(
+        contract["secrets_in_component_environment"],
+        json!(["registry_password"]),
+        "{contract}"
+    );
+    assert_eq!(contract["has_needs"], true);
+    let capabilities = &report["manifest"]["capabilities"];
+    for (name, on) in [
+        ("code.interpret", true),
+        ("sessions", true),
+        ("templates.read", false),
+        ("storage.mount", false),
+    ] {
+        assert_eq!(capabilities[name], on, "{name}: {capabilities}");
+    }
+    assert_eq!(report["manifest"]["wit_world"], "abx:epp/provider@1.1.0");
+    assert_eq!(report["manifest_file"]["matches"], true, "{report:#}");
+}
+
+/// `epp-host run` of the 1.1.0 fixture against the shared testbed: it
+/// declares its origin and secret header itself (`needs()`).
+fn serve_1_1(cache: &Path) -> (Child, Client) {
+    let tb = epp_e2e::testbed();
+    let mut cmd = host_command();
+    cmd.arg("run")
+        .arg(fixture_of("1.1.0", "opensandbox.wasm"))
+        .arg("--trusted-key")
+        .arg(fixture_of("1.1.0", "fixture.pub"))
+        .args(["--trust-file", "/dev/null"])
+        .arg("--cache-dir")
+        .arg(cache)
+        .env("ABX_OPENSANDBOX_BASE_URL", &tb.url)
+        .env("ABX_OPENSANDBOX_READY_TIMEOUT", "60")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if !tb.api_key.is_empty() {
+        cmd.env("ABX_OPENSANDBOX_API_KEY", &tb.api_key);
+    }
+    let mut child = cmd.spawn().expect("starting epp-host");
+    let client = Client::new(
+        child.stdin.take().unwrap(),
+        child.stdout.take().unwrap(),
+        Options {
+            transcript: false,
+            on_line: None,
+        },
+    );
+    (child, client)
+}
+
+#[test]
+fn the_released_1_1_component_serves_a_session_against_the_testbed() {
+    let cache = tempfile::tempdir().unwrap();
+    let (mut child, client) = serve_1_1(cache.path());
+    let call = |method: &str, params: Value| {
+        client
+            .call(method, params, PATIENCE)
+            .unwrap_or_else(|e| panic!("{method}: no answer ({e:?})"))
+    };
+    let hello = call("epp.hello", json!({"protocol": "EPP/1"})).expect("epp.hello");
+    for (name, on) in [
+        ("sessions", true),
+        ("code.interpret", true),
+        ("templates.read", false),
+        ("templates.build", false),
+        ("storage.mount", false),
+    ] {
+        assert_eq!(hello["capabilities"][name], on, "{name}: {hello}");
+    }
+    let tag = format!("contract-1-1-{}", std::process::id());
+    let created = call("sandbox.create", json!({"metadata": {"t": tag}})).expect("sandbox.create");
+    let id = created["sandbox_id"].as_str().expect("an id").to_string();
+
+    // A 1.1 sandbox.list answers the bare list, which the host still answers
+    // as `{sandboxes}` (the 1.2 page record keeps that key).
+    let listed = call("sandbox.list", json!({"metadata": {"t": tag}})).expect("sandbox.list");
+    let ids: Vec<&str> = listed["sandboxes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no sandboxes list in {listed}"))
+        .iter()
+        .filter_map(|s| s["sandbox_id"].as_str())
+        .collect();
+    assert_eq!(ids, [id.as_str()], "{listed}");
+    assert!(listed.get("next_cursor").is_none(), "{listed}");
+
+    // What 1.1 added works: a command fed through stdin.
+    let run = call(
+        "commands.run",
+        json!({"sandbox_id": id, "cmd": "echo $((6*7))"}),
+    )
+    .expect("commands.run");
+    assert_eq!(run["stdout"], "42\n", "{run}");
+    let session = call("sessions.create", json!({"sandbox_id": id})).expect("sessions.create");
+    assert!(session["session_id"].is_string(), "{session}");
+
+    // What 1.2 added is E8004 naming the version, at once: a param of an
+    // existing method (a field of its record, a param of its function) and a
+    // new method of a capability it has.
+    for (method, params, names) in [
+        (
+            "commands.run",
+            json!({"sandbox_id": id, "cmd": "id", "user": "nobody"}),
+            "`user`",
+        ),
+        (
+            "sessions.create",
+            json!({"sandbox_id": id, "user": "nobody"}),
+            "`user`",
+        ),
+        (
+            "sandbox.create",
+            json!({"volumes": [{"source": "/tmp", "mount_path": "/mnt"}]}),
+            "`volumes`",
+        ),
+        ("sandbox.list", json!({"limit": 1}), "`limit`"),
+        (
+            "sandbox.metrics",
+            json!({"sandbox_id": id}),
+            "sandbox-metrics",
+        ),
+        (
+            "files.replace",
+            json!({"sandbox_id": id, "path": "/tmp/x", "old": "a", "new": "b"}),
+            "files-replace",
+        ),
+    ] {
+        let err = call(method, params).expect_err(method);
+        assert_eq!(err.code(), Some(EppCode::Unsupported), "{method}: {err}");
+        assert!(
+            err.message.contains("abx:epp@1.1.0") && err.message.contains(names),
+            "{method}: {err}"
+        );
+    }
+    // A capability it does not declare is refused as before.
+    let err = call("templates.list", json!({})).expect_err("templates.list");
+    assert_eq!(err.code(), Some(EppCode::Unsupported), "{err}");
+    // A plain typo is still E1001, not E8004.
+    let err = call(
+        "commands.run",
+        json!({"sandbox_id": id, "cmd": "id", "usr": "x"}),
+    )
+    .expect_err("a typo");
+    assert_eq!(err.code(), Some(EppCode::InvalidArgument), "{err}");
+
+    call("sandbox.kill", json!({"sandbox_id": id})).expect("sandbox.kill");
     client.close_input();
     let _ = child.wait();
 }

@@ -37,7 +37,7 @@ HOST = os.environ["EPP_HOST_BIN"]
 WASM = os.environ["EPP_GUEST_WASM"]
 KEY = os.environ["EPP_TRUSTED_KEY"]
 API_KEY = os.environ["ABX_OPENSANDBOX_API_KEY"]
-TOOLS_LIST_LIMIT = 26 * 1024
+TOOLS_LIST_LIMIT = 30 * 1024  # docs/mcp.md, Size
 STEP = 120  # seconds any one call may take before the test gives up on it
 # The handshake of the tests that speak JSON-RPC by hand (2025-11-25).
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {

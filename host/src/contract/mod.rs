@@ -134,6 +134,12 @@ impl Contract {
         self.version.minor == current().minor
     }
 
+    /// Whether its contract has `needs()` (since 1.1): what it asks of the
+    /// host, the secrets the host keeps for it included.
+    pub fn has_needs(&self) -> bool {
+        self.version >= Version::new(1, 1, 0)
+    }
+
     /// `abx:epp/provider@VERSION`, the world the component implements.
     pub fn world(&self) -> String {
         format!("abx:epp/provider@{}", self.version)

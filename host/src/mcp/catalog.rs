@@ -7,7 +7,8 @@
 //! result, and its other methods are of no use without them. So is a method
 //! that backs resource subscriptions (`watches=`: `files.watch`): its call
 //! reports changes until cancelled, so as a tool it would never answer; it
-//! is served as `resources/subscribe` instead.
+//! is served as `resources/subscribe` instead. A tool tagged `tool=named`
+//! (docs/epp-1.md §8, Tools) is listed only when `--tools` names it.
 
 use crate::contract::table::{self, Method};
 use crate::contract::tools::{TOOLS, Tool};
@@ -59,7 +60,10 @@ impl Catalog {
                 continue;
             };
             let usable = usable(tool, method);
-            let chosen = only.is_none_or(|names| names.iter().any(|n| n == tool.name));
+            let chosen = match only {
+                Some(names) => names.iter().any(|n| n == tool.name),
+                None => !tool.named,
+            };
             if usable && chosen && (!read_only || tool.read_only) && serves(method) {
                 listed.push(Listed {
                     tool,
@@ -135,9 +139,9 @@ mod tests {
     use super::*;
 
     /// The bound on `tools/list` per tool, on average (compact JSON): the
-    /// 26 KiB asked of the whole list over the 40 tools of a provider with
-    /// every capability but terminals (tests/mcp measures a real provider's).
-    const PER_TOOL: usize = 26 * 1024 / 40;
+    /// 30 KiB asked of the whole list (docs/mcp.md, Size) over the 41 tools
+    /// the OpenSandbox provider lists (tests/mcp measures a real provider's).
+    const PER_TOOL: usize = 30 * 1024 / 41;
 
     fn everything() -> Catalog {
         Catalog::of(&|_| true, None, false).expect("catalog")
@@ -170,7 +174,7 @@ mod tests {
         for tool in TOOLS {
             let method = table::find(tool.method).expect("method");
             let listed = catalog.get(tool.name).is_some();
-            assert_eq!(listed, usable(tool, method), "{}", tool.name);
+            assert_eq!(listed, usable(tool, method) && !tool.named, "{}", tool.name);
         }
         assert!(catalog.listed.iter().all(|l| !l.tool.feeds));
         assert!(catalog.listed.iter().all(|l| l.method.watches.is_none()));
@@ -196,6 +200,19 @@ mod tests {
                 .to_string()
                 .contains("no such tool")
         );
+    }
+
+    #[test]
+    fn a_named_tool_is_listed_only_when_asked_for() {
+        let named: Vec<&Tool> = TOOLS.iter().filter(|t| t.named).collect();
+        assert!(!named.is_empty(), "the contract tags some tools tool=named");
+        let default = everything();
+        let names: Vec<String> = named.iter().map(|t| t.name.to_string()).collect();
+        let asked = Catalog::of(&|_| true, Some(&names), false).expect("catalog");
+        for tool in named {
+            assert!(default.get(tool.name).is_none(), "{}", tool.name);
+            assert!(asked.get(tool.name).is_some(), "{}", tool.name);
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@
 
 use super::context::CallCtx;
 use super::errors::RpcError;
-use super::invoke::{call_with, not_exported};
+use super::invoke::call_with;
 use crate::codec::decode;
 use crate::contract::table::{Method, StreamTags, Via};
 use crate::runtime::Instance;
@@ -65,13 +65,7 @@ async fn open(
     function: &str,
     params: Map<String, Value>,
 ) -> Result<(Instance, ResourceAny), RpcError> {
-    if !ctx.runtime.exports(function) {
-        return Err(not_exported(ctx, method.name, function));
-    }
-    let args = ctx
-        .codec
-        .args(method, function, params, &[])
-        .map_err(|e| RpcError::invalid_params(method.name, e))?;
+    let args = super::invoke::args(ctx, method, function, params, &[])?;
     let mut inst = ctx.instance().await?;
     match call_with(&mut inst, function, args).await? {
         Some(Val::Resource(r)) => Ok((inst, r)),

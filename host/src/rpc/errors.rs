@@ -190,6 +190,25 @@ impl RpcError {
         .hint("use a provider built against a newer abx:epp, or check epp.hello's capabilities")
     }
 
+    /// E8004: `param` of `method` is newer than the contract the component
+    /// was built against.
+    pub fn unsupported_by_contract_param(
+        method: &str,
+        param: &str,
+        provider: &str,
+        version: &str,
+    ) -> RpcError {
+        RpcError::new(
+            EppCode::Unsupported,
+            format!(
+                "{method} with `{param}` is not supported by the {provider} provider: its \
+                 component, built against abx:epp@{version}, does not take `{param}` (a later \
+                 abx:epp added it)"
+            ),
+        )
+        .hint("leave the param out, or use a provider built against a newer abx:epp")
+    }
+
     /// An error the provider returned.
     pub fn from_epp(e: EppError) -> RpcError {
         let code = EppCode::from(e.code);

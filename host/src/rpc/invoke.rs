@@ -37,16 +37,54 @@ pub async fn invoke(
     params: Map<String, Value>,
     taken: &[&str],
 ) -> Result<(Instance, Option<Val>), RpcError> {
-    if !ctx.runtime.exports(function) {
-        return Err(not_exported(ctx, method.name, function));
-    }
-    let args = ctx
-        .codec
-        .args(method, function, params, taken)
-        .map_err(|e| RpcError::invalid_params(method.name, e))?;
+    let args = args(ctx, method, function, params, taken)?;
     let mut inst = ctx.instance().await?;
     let ok = call_with(&mut inst, function, args).await?;
     Ok((inst, ok))
+}
+
+/// `params` as the arguments of `function`, which the component must export:
+/// E8004 when it does not, or when a param is newer than its contract; E1001
+/// when the codec refuses them.
+pub fn args(
+    ctx: &CallCtx,
+    method: &Method,
+    function: &str,
+    params: Map<String, Value>,
+    taken: &[&str],
+) -> Result<Args, RpcError> {
+    if !ctx.runtime.exports(function) {
+        return Err(not_exported(ctx, method.name, function));
+    }
+    if let Some(newer) = newer_param(ctx, method, function, &params) {
+        return Err(RpcError::unsupported_by_contract_param(
+            method.name,
+            newer,
+            &ctx.runtime.info.id,
+            &ctx.runtime.contract.version.to_string(),
+        ));
+    }
+    ctx.codec
+        .args(method, function, params, taken)
+        .map_err(|e| RpcError::invalid_params(method.name, e))
+}
+
+/// A param given that this host's contract has for `method` but the
+/// component's `function` lacks: the component was built against an older
+/// `abx:epp` (a later minor version added the param), so the request is
+/// something it cannot do (E8004), not a typo (E1001).
+fn newer_param<'a>(
+    ctx: &CallCtx,
+    method: &Method,
+    function: &str,
+    params: &'a Map<String, Value>,
+) -> Option<&'a str> {
+    let own = ctx.codec.params_of(function);
+    params
+        .iter()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, _)| k.as_str())
+        .find(|k| method.params.contains(k) && !own.contains(k))
 }
 
 /// Calls `function` with decoded arguments: dynamically, or typed when it

@@ -13,16 +13,20 @@ fn unsupported_methods_answer_e8004_at_once_without_network() {
         .spawn();
     let s = "sb-1";
     let cases = [
-        ("templates.list", json!({})),
-        ("templates.get", json!({"name": "base"})),
+        // OpenSandbox builds no images (templates come from sandboxes).
         (
             "templates.build",
             json!({"name": "t", "base_image": "alpine"}),
         ),
         (
+            "templates.build",
+            json!({"name": "t", "dockerfile": "FROM alpine"}),
+        ),
+        (
             "ports.domain",
             json!({"sandbox_id": s, "port": 80, "domain": "x.example.org"}),
         ),
+        // Mounts are made at create (`volumes`): the methods say so.
         (
             "storage.mount",
             json!({"sandbox_id": s, "source": "s3://b", "mount_path": "/mnt"}),
@@ -54,7 +58,13 @@ fn unsupported_methods_answer_e8004_at_once_without_network() {
     let hello = host.ok("epp.hello", json!({}));
     let caps = hello["capabilities"].as_object().unwrap();
     assert_eq!(caps.len(), 18);
-    assert_eq!(caps.values().filter(|v| **v == json!(true)).count(), 13);
+    assert_eq!(caps.values().filter(|v| **v == json!(true)).count(), 16);
+    for on in ["templates.read", "templates.build", "storage.mount"] {
+        assert_eq!(caps[on], true, "{on}");
+    }
+    for off in ["ports.domain", "network.vpc"] {
+        assert_eq!(caps[off], false, "{off}");
+    }
     assert_eq!(caps["code.interpret"], true);
     assert_eq!(caps["files.transfer"], true);
     assert_eq!(caps["sessions"], true);

@@ -507,16 +507,20 @@ impl Guest for Minibox {
         api(Method::Get, &box_path(&sandbox_id)?, None).map(|b| sandbox_info(&b))
     }
 
-    fn sandbox_list(req: ListRequest) -> R<Vec<SandboxInfo>> {
+    fn sandbox_list(req: ListRequest) -> R<infra::SandboxPage> {
         let boxes = api(Method::Get, "/v1/boxes", None)?;
-        Ok(boxes
+        let sandboxes = boxes
             .as_array()
             .into_iter()
             .flatten()
             .map(sandbox_info)
             .filter(|b| req.states.is_empty() || req.states.contains(&b.state))
             .filter(|b| req.metadata.iter().all(|pair| b.metadata.contains(pair)))
-            .collect())
+            .collect();
+        Ok(infra::SandboxPage {
+            sandboxes,
+            next_cursor: None,
+        })
     }
 
     fn sandbox_kill(sandbox_id: String) -> R<()> {
@@ -591,7 +595,14 @@ impl Guest for Minibox {
     fn files_read(_: String, _: String, _: Option<ByteRange>) -> R<infra::FileReader> {
         Err(unsupported("files-read"))
     }
-    fn files_write(_: String, _: String, _: u64, _: Option<u32>) -> R<infra::FileWriter> {
+    fn files_write(
+        _: String,
+        _: String,
+        _: u64,
+        _: Option<u32>,
+        _: Option<String>,
+        _: Option<String>,
+    ) -> R<infra::FileWriter> {
         Err(unsupported("files-write"))
     }
     fn files_write_many(_: String, _: Vec<infra::FileUpload>) -> R<infra::BatchWriter> {
@@ -654,6 +665,30 @@ impl Guest for Minibox {
     fn code_languages(_: String) -> R<Vec<String>> {
         Err(unsupported("code-languages"))
     }
+    fn templates_remove(_: String) -> R<()> {
+        Err(unsupported("templates-remove"))
+    }
+    fn sandbox_set_metadata(_: String, _: Vec<(String, String)>, _: Vec<String>) -> R<SandboxInfo> {
+        Err(unsupported("sandbox-set-metadata"))
+    }
+    fn sandbox_metrics(_: String) -> R<infra::MetricsSample> {
+        Err(unsupported("sandbox-metrics"))
+    }
+    fn pty_connect(_: String, _: String, _: Option<u64>) -> R<(String, infra::PtyStream)> {
+        Err(unsupported("pty-connect"))
+    }
+    fn files_chmod(
+        _: String,
+        _: String,
+        _: Option<u32>,
+        _: Option<String>,
+        _: Option<String>,
+    ) -> R<FileInfo> {
+        Err(unsupported("files-chmod"))
+    }
+    fn files_replace(_: String, _: String, _: String, _: String) -> R<u32> {
+        Err(unsupported("files-replace"))
+    }
     fn templates_list() -> R<Vec<TemplateInfo>> {
         Err(unsupported("templates-list"))
     }
@@ -678,7 +713,7 @@ impl Guest for Minibox {
     fn network_vpc_detach(_: String, _: String) -> R<()> {
         Err(unsupported("network-vpc-detach"))
     }
-    fn sessions_create(_: String, _: Option<String>) -> R<String> {
+    fn sessions_create(_: String, _: Option<String>, _: Option<String>) -> R<String> {
         Err(unsupported("sessions-create"))
     }
     fn sessions_run(_: String, _: String, _: String, _: Option<u64>) -> R<infra::CommandStream> {

@@ -752,7 +752,7 @@ impl Guest for Probe {
     fn sandbox_connect(_: String) -> R<SandboxInfo> {
         Err(unsupported("sandbox-connect"))
     }
-    fn sandbox_list(_: ListRequest) -> R<Vec<SandboxInfo>> {
+    fn sandbox_list(_: ListRequest) -> R<infra::SandboxPage> {
         Err(unsupported("sandbox-list"))
     }
     fn sandbox_kill(_: String) -> R<()> {
@@ -803,7 +803,14 @@ impl Guest for Probe {
     fn pty_kill(_: String, _: String) -> R<()> {
         Err(unsupported("pty-kill"))
     }
-    fn files_write(_: String, _: String, _: u64, _: Option<u32>) -> R<infra::FileWriter> {
+    fn files_write(
+        _: String,
+        _: String,
+        _: u64,
+        _: Option<u32>,
+        _: Option<String>,
+        _: Option<String>,
+    ) -> R<infra::FileWriter> {
         Err(unsupported("files-write"))
     }
     fn files_write_many(_: String, _: Vec<infra::FileUpload>) -> R<infra::BatchWriter> {
@@ -869,6 +876,30 @@ impl Guest for Probe {
     fn code_languages(_: String) -> R<Vec<String>> {
         Err(unsupported("code-languages"))
     }
+    fn templates_remove(_: String) -> R<()> {
+        Err(unsupported("templates-remove"))
+    }
+    fn sandbox_set_metadata(_: String, _: Vec<(String, String)>, _: Vec<String>) -> R<SandboxInfo> {
+        Err(unsupported("sandbox-set-metadata"))
+    }
+    fn sandbox_metrics(_: String) -> R<infra::MetricsSample> {
+        Err(unsupported("sandbox-metrics"))
+    }
+    fn pty_connect(_: String, _: String, _: Option<u64>) -> R<(String, infra::PtyStream)> {
+        Err(unsupported("pty-connect"))
+    }
+    fn files_chmod(
+        _: String,
+        _: String,
+        _: Option<u32>,
+        _: Option<String>,
+        _: Option<String>,
+    ) -> R<FileInfo> {
+        Err(unsupported("files-chmod"))
+    }
+    fn files_replace(_: String, _: String, _: String, _: String) -> R<u32> {
+        Err(unsupported("files-replace"))
+    }
     fn templates_list() -> R<Vec<TemplateInfo>> {
         Err(unsupported("templates-list"))
     }
@@ -893,7 +924,7 @@ impl Guest for Probe {
     fn network_vpc_detach(_: String, _: String) -> R<()> {
         Err(unsupported("network-vpc-detach"))
     }
-    fn sessions_create(_: String, _: Option<String>) -> R<String> {
+    fn sessions_create(_: String, _: Option<String>, _: Option<String>) -> R<String> {
         Err(unsupported("sessions-create"))
     }
     fn sessions_run(_: String, _: String, _: String, _: Option<u64>) -> R<infra::CommandStream> {
