@@ -187,7 +187,7 @@ impl PtyStream {
         let by = if here {
             "a later pty.connect in this epp-host process"
         } else {
-            "a pty.connect from another client (another epp-host process)"
+            "a pty.connect elsewhere (another epp-host process, or another client of execd)"
         };
         Err(error::conflict(format!(
             "terminal {} of sandbox {} was taken over by {by}: its output now goes there, and \

@@ -364,7 +364,71 @@ pub fn close(sandbox_id: &str, session_id: &str) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::keeping_functions;
+    use super::{as_user, keeping_functions};
+    use crate::users::User;
+
+    #[test]
+    fn a_users_run_runs_the_command_as_the_user_and_takes_its_state_as_data() {
+        let user = User {
+            name: "user".into(),
+            uid: 1000,
+            gid: 1000,
+            home: "/home/user".into(),
+        };
+        let script = as_user("s-1", "cd /x; echo 'hi'", &user, "00ff");
+        let lines: Vec<&str> = script.lines().collect();
+        // The user's part: setpriv into a bash whose script is the command
+        // between the functions (quoted whole), then the state written with the mark.
+        assert!(
+            lines[0]
+                .contains("setpriv --reuid=1000 --regid=1000 --init-groups env HOME='/home/user'")
+        );
+        assert!(
+            !lines[0].contains("exec setpriv"),
+            "the root part goes on: {}",
+            lines[0]
+        );
+        assert!(
+            lines[0].contains("-c '{ . '\\''/tmp/.epp-session-s-1.functions'\\''; }"),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            lines[1].starts_with("cd /x; echo '\\''hi'\\''"),
+            "{}",
+            lines[1]
+        );
+        assert!(
+            lines[2].contains("printf '\\''%s\\0'\\'' 00ff \"$PWD\""),
+            "{}",
+            lines[2]
+        );
+        assert!(
+            lines[2].ends_with("> '\\''/tmp/.epp-session-s-1.state'\\''; exit $__epp_status"),
+            "{}",
+            lines[2]
+        );
+        // The root part: the user's status, the state only with this run's mark, as data.
+        assert_eq!(lines[3], "'");
+        assert_eq!(lines[4], "__epp_status=$?");
+        assert!(
+            lines[5].contains("[ \"$__epp_nonce\" = 00ff ]"),
+            "{}",
+            lines[5]
+        );
+        assert!(lines[5].contains("export -- \"$__epp_kv\""), "{}", lines[5]);
+        assert!(
+            !lines[5].contains(". '/tmp/.epp-session-s-1.state'"),
+            "{}",
+            lines[5]
+        );
+        assert!(
+            lines[5].ends_with("< '/tmp/.epp-session-s-1.state'"),
+            "{}",
+            lines[5]
+        );
+        assert_eq!(lines[6], "(exit $__epp_status)");
+    }
 
     #[test]
     fn a_run_sources_and_saves_the_functions_and_keeps_its_status() {
