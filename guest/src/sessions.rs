@@ -11,6 +11,11 @@
 //! that calls `exit`. Output is line by line with stderr merged into stdout and blank
 //! lines dropped. The session id is all a run needs, so any process may run in a
 //! session another created.
+//!
+//! A session made for a user (abx:epp 1.2) says so in a file of its own in the
+//! sandbox, which any process reads (once: it is memoised); each of its runs
+//! goes to a `bash` as that user whose directory and exported variables the
+//! run's root part takes over afterwards ([`as_user`]).
 
 use crate::bindings::abx::epp::memo;
 use crate::bindings::exports::abx::epp::infra::{CommandEvent, CommandExit};
