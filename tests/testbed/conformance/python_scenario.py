@@ -26,6 +26,8 @@ from opensandbox.models.filesystem import DirectoryListEntry, MoveEntry, SearchE
 from scenario import Mismatch, check, parse_mode, run, section
 
 MODE = "direct"
+# `testbed check --docker` sets docker: sandboxes are containers of the image (cwd /, HOME /root).
+TIER = os.environ.get("TESTBED_TIER", "local")
 
 
 
@@ -117,7 +119,10 @@ async def part_commands(ctx: Ctx) -> None:
     ctx.home = lines[2]
     ctx.base = f"{ctx.home}/conf"
     check(lines[0] == f"bar baz||{sandbox.id}", f"create env reaches commands ({lines[0]!r})")
-    check(lines[1] == lines[2] and lines[1].endswith(sandbox.id), f"cwd = HOME = sandbox folder ({lines[1]})")
+    if TIER == "docker":
+        check(lines[1:3] == ["/", "/root"], f"cwd / and HOME /root, the image's ({lines[1]}, {lines[2]})")
+    else:
+        check(lines[1] == lines[2] and lines[1].endswith(sandbox.id), f"cwd = HOME = sandbox folder ({lines[1]})")
 
     seen: dict[str, list] = {"init": [], "stdout": []}
 

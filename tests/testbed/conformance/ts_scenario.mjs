@@ -21,6 +21,8 @@ if (!["direct", "proxy"].includes(MODE)) {
   process.exit(2);
 }
 const DOMAIN = process.env.OPEN_SANDBOX_DOMAIN ?? "localhost:8080";
+// `testbed check --docker` sets docker: sandboxes are containers of the image (cwd /, HOME /root).
+const TIER = process.env.TESTBED_TIER ?? "local";
 
 class Mismatch extends Error {}
 
@@ -111,7 +113,11 @@ async function partCommands(ctx) {
   ctx.home = lines[2];
   ctx.base = `${ctx.home}/tsfiles`;
   check(lines[0] === `bar baz|${sandbox.id}`, `create env reaches commands (${lines[0]})`);
-  check(lines[1] === lines[2] && lines[1].endsWith(sandbox.id), `cwd = HOME = sandbox folder (${lines[1]})`);
+  if (TIER === "docker") {
+    check(lines[1] === "/" && lines[2] === "/root", `cwd / and HOME /root, the image's (${lines[1]}, ${lines[2]})`);
+  } else {
+    check(lines[1] === lines[2] && lines[1].endsWith(sandbox.id), `cwd = HOME = sandbox folder (${lines[1]})`);
+  }
 
   const inits = [];
   let stdoutEvents = 0;

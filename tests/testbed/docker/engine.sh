@@ -1,0 +1,358 @@
+# shellcheck shell=bash
+# The Docker tier's engine (tests/testbed/README.md, "Docker tier"), sourced by
+# tests/testbed/testbed: Debian's docker.io (20.10; installed when missing) started
+# by the testbed itself on a private socket, data root, bridge, containerd namespace
+# and cgroup parent, with no iptables rules, no masquerading and no forwarding, so
+# containers reach nothing but the host's bridge address and each other; the images
+# the server and the tests use, built by `docker import` (nothing is ever pulled).
+# engine_stop removes every container, stops dockerd by its pid and removes what it
+# left (bridge, mounts, cgroups, processes of a crashed run, its folders).
+#
+# Needs root (dockerd does), `ip` (iproute2) and a static busybox (busybox-static).
+# Uses log/die/random_token from the testbed script.
+
+ENGINE_DIR=     # <state>/docker: sockets, pid file, data and exec roots, logs
+ENGINE_TOKEN=   # names the bridge, the containerd namespace and the cgroup parent
+ENGINE_BRIDGE=  # osbtb-<token>, <net>.1/24
+ENGINE_NET=     # 172.30.N (the bridge's /24)
+ENGINE_PID=
+ENGINE_SOCK=
+ENGINE_NEW_DIRS= # system folders dockerd makes that were not there before (removed if empty)
+
+# The images (the server config names the first and the last; the provider's
+# templates `base` and `code` name the two in the middle).
+ENGINE_EXECD_IMAGE=opensandbox-testbed/execd:local
+ENGINE_SANDBOX_IMAGE=python:3.12-slim
+ENGINE_CODE_IMAGE=opensandbox/code-interpreter:v1.1.0
+ENGINE_EGRESS_IMAGE=opensandbox-testbed/egress:local
+# Where a sandbox finds the execd stand-in (bind-mounted read-only from the host).
+ENGINE_STANDIN_PATH=/opt/testbed/execd-standin
+# What the real code-interpreter image sets.
+ENGINE_JUPYTER_PORT=44771
+ENGINE_JUPYTER_TOKEN=opensandboxcodeinterpreterjupyter
+
+engine_docker() { docker -H "unix://$ENGINE_SOCK" "$@"; }
+
+# The path of a statically linked busybox, or nothing (status 1).
+engine_static_busybox() {
+	local b
+	for b in /bin/busybox /usr/bin/busybox; do
+		[[ -x $b ]] || continue
+		# ldd fails on a static binary (pipefail would take that as grep's answer).
+		if [[ $(LC_ALL=C ldd "$b" 2>&1 || true) == *"not a dynamic executable"* ]]; then
+			echo "$b"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# Installs docker.io and busybox-static (Debian) when missing, without letting the
+# package start its own daemon (policy-rc.d answers 101 while apt runs).
+engine_install() {
+	local pkgs=()
+	if ! command -v dockerd >/dev/null || ! command -v docker >/dev/null || ! command -v docker-proxy >/dev/null; then
+		pkgs+=(docker.io)
+	fi
+	engine_static_busybox >/dev/null || pkgs+=(busybox-static)
+	command -v ip >/dev/null || pkgs+=(iproute2)
+	((${#pkgs[@]})) || return 0
+	command -v apt-get >/dev/null || die "the Docker tier needs ${pkgs[*]} (Debian packages) and apt-get is not here"
+	log "installing ${pkgs[*]} (Debian) ..."
+	local guard=/usr/sbin/policy-rc.d own_guard=0 rc=0 t0=$SECONDS
+	if [[ ! -e $guard ]]; then
+		printf '#!/bin/sh\n# testbed: no service starts while apt installs the Docker tier\nexit 101\n' >"$guard"
+		chmod 755 "$guard"
+		own_guard=1
+	fi
+	{
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}" ||
+			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}"; }
+	} >&2 || rc=$?
+	((own_guard)) && rm -f "$guard"
+	((rc == 0)) || die "installing ${pkgs[*]} failed"
+	log "installed ${pkgs[*]} in $((SECONDS - t0)) s"
+}
+
+# A 172.30.N.0/24 no route of this machine uses.
+engine_free_net() {
+	local routes n
+	routes=$(ip -4 route show 2>/dev/null; ip -4 addr show 2>/dev/null)
+	for _ in $(seq 1 64); do
+		n=$((RANDOM % 250 + 1))
+		grep -q "172\.30\.$n\." <<<"$routes" || { echo "172.30.$n"; return 0; }
+	done
+	die "no free 172.30.N.0/24 subnet for the engine's bridge"
+}
+
+# Pids of processes (not this shell) with an argument that matches the extended
+# regular expression $1 (whole argument).
+engine_pids_with_arg() {
+	local f pid
+	while IFS= read -r f; do
+		pid=${f#/proc/}
+		pid=${pid%/cmdline}
+		[[ $pid == "$$" || $pid == "$BASHPID" ]] || echo "$pid"
+	done < <(grep -lzxE -- "$1" /proc/[0-9]*/cmdline 2>/dev/null || true)
+}
+
+# shellcheck disable=SC2016 # a sed expression, not a shell one
+engine_regex_quote() { sed 's/[][\.*^$(){}?+|]/\\&/g' <<<"$1"; }
+
+# Removes whatever a run recorded in $ENGINE_DIR/engine.env left behind: container
+# processes (by cgroup), dockerd, containerd and shims (by their folders on the
+# command line), docker-proxy (by the bridge's subnet), mounts under the folder, the
+# bridge, the cgroups and empty system folders dockerd made. Idempotent; the normal
+# stop leaves it nothing to do.
+engine_sweep() {
+	[[ -n $ENGINE_TOKEN ]] || return 0
+	local cg pids dir p f
+	# Container processes: thaw (a paused sandbox ignores SIGKILL while frozen), kill.
+	for _ in $(seq 1 50); do
+		pids=
+		for cg in /sys/fs/cgroup/osbtb-"$ENGINE_TOKEN" /sys/fs/cgroup/*/osbtb-"$ENGINE_TOKEN"; do
+			[[ -d $cg ]] || continue
+			while IFS= read -r f; do echo THAWED >"$f" 2>/dev/null || true; done < <(find "$cg" -name freezer.state 2>/dev/null)
+			while IFS= read -r f; do echo 0 >"$f" 2>/dev/null || true; done < <(find "$cg" -name cgroup.freeze 2>/dev/null)
+			pids+=" $(find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null | tr '\n' ' ')"
+		done
+		[[ -z ${pids// /} ]] && break
+		# shellcheck disable=SC2086
+		kill -KILL $pids 2>/dev/null || true
+		sleep 0.1
+	done
+	# The daemons of this engine name its folder on their command line.
+	if [[ -n $ENGINE_DIR ]]; then
+		local dq
+		dq=$(engine_regex_quote "$ENGINE_DIR")
+		for p in $(engine_pids_with_arg "(unix://)?$dq/.*"); do
+			case $(cat "/proc/$p/comm" 2>/dev/null) in
+			dockerd | containerd | containerd-shim* | docker-proxy | runc) kill -KILL "$p" 2>/dev/null ;;
+			esac
+		done
+	fi
+	# docker-proxy processes of a killed dockerd, by the container address they relay to.
+	if [[ -n $ENGINE_NET ]]; then
+		for p in $(engine_pids_with_arg "$(engine_regex_quote "$ENGINE_NET")\.[0-9]+"); do
+			[[ $(cat "/proc/$p/comm" 2>/dev/null) == docker-proxy ]] && kill -KILL "$p" 2>/dev/null
+		done
+	fi
+	# Mounts under the engine's folders (overlays, shm, network namespaces), deepest first.
+	if [[ -n $ENGINE_DIR ]]; then
+		while IFS= read -r dir; do
+			umount -l "$dir" 2>/dev/null || true
+		done < <(awk -v d="$ENGINE_DIR/" 'index($2, d) == 1 {print $2}' /proc/self/mounts | sort -r)
+	fi
+	if [[ -n $ENGINE_BRIDGE ]] && ip link show "$ENGINE_BRIDGE" >/dev/null 2>&1; then
+		ip link delete "$ENGINE_BRIDGE" 2>/dev/null || log "warning: could not delete the bridge $ENGINE_BRIDGE"
+	fi
+	for cg in /sys/fs/cgroup/osbtb-"$ENGINE_TOKEN" /sys/fs/cgroup/*/osbtb-"$ENGINE_TOKEN"; do
+		[[ -d $cg ]] && find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
+	done
+	for dir in $ENGINE_NEW_DIRS; do
+		[[ -d $dir ]] && find "$dir" -depth -type d -empty -delete 2>/dev/null
+	done
+	return 0
+}
+
+engine_record() {
+	{
+		printf 'ENGINE_TOKEN=%q\n' "$ENGINE_TOKEN"
+		printf 'ENGINE_BRIDGE=%q\n' "$ENGINE_BRIDGE"
+		printf 'ENGINE_NET=%q\n' "$ENGINE_NET"
+		printf 'ENGINE_NEW_DIRS=%q\n' "$ENGINE_NEW_DIRS"
+	} >"$ENGINE_DIR/engine.env"
+}
+
+# engine_start STATE_DIR: dockerd on STATE_DIR/docker/engine.sock, ready to answer.
+engine_start() {
+	ENGINE_DIR=$1/docker
+	if [[ -f $ENGINE_DIR/engine.env ]]; then
+		# A run of this state folder that died without cleaning up.
+		log "docker: removing what a previous run left in $ENGINE_DIR"
+		# shellcheck disable=SC1091
+		. "$ENGINE_DIR/engine.env"
+		engine_sweep
+	fi
+	rm -rf "$ENGINE_DIR"
+	mkdir -p "$ENGINE_DIR"
+	ENGINE_SOCK=$ENGINE_DIR/engine.sock
+	# A unix socket path has at most 107 bytes; containerd's lies deeper.
+	((${#ENGINE_DIR} <= 60)) || die "--state-dir is too long for the engine's sockets (${#ENGINE_DIR} > 60 bytes with /docker): pick a shorter one"
+	ENGINE_TOKEN=$(random_token | cut -c1-8)
+	ENGINE_BRIDGE=osbtb-$ENGINE_TOKEN
+	ENGINE_NET=$(engine_free_net)
+	ENGINE_NEW_DIRS=
+	local d
+	for d in /etc/docker /run/docker /run/containerd /var/lib/docker; do
+		[[ -e $d ]] || ENGINE_NEW_DIRS+=" $d"
+	done
+	engine_record
+	ip link add "$ENGINE_BRIDGE" type bridge
+	ip addr add "$ENGINE_NET.1/24" dev "$ENGINE_BRIDGE"
+	ip link set "$ENGINE_BRIDGE" up
+	# Its trust key stays in the folder too (else /etc/docker/key.json).
+	printf '{"deprecated-key-path": "%s/key.json"}\n' "$ENGINE_DIR" >"$ENGINE_DIR/daemon.json"
+	# No pull can leave the machine: registry traffic goes to a closed loopback port
+	# (the server pulls an image it does not find; the testbed checks the images first).
+	# setsid: a signal to the testbed's process group does not reach dockerd; engine_stop
+	# stops it after the server, in order.
+	HTTP_PROXY=http://127.0.0.1:1 HTTPS_PROXY=http://127.0.0.1:1 NO_PROXY='' \
+		http_proxy=http://127.0.0.1:1 https_proxy=http://127.0.0.1:1 no_proxy='' \
+		setsid dockerd \
+		--data-root "$ENGINE_DIR/data" --exec-root "$ENGINE_DIR/exec" \
+		--pidfile "$ENGINE_DIR/dockerd.pid" -H "unix://$ENGINE_SOCK" \
+		--config-file "$ENGINE_DIR/daemon.json" \
+		--containerd-namespace "osbtb-$ENGINE_TOKEN" --containerd-plugins-namespace "osbtb-$ENGINE_TOKEN-plugins" \
+		--cgroup-parent "/osbtb-$ENGINE_TOKEN" \
+		--bridge "$ENGINE_BRIDGE" --iptables=false --ip6tables=false --ip-masq=false --ip-forward=false \
+		--userland-proxy=true --dns 127.0.0.1 --shutdown-timeout 3 --log-level warn \
+		</dev/null >"$ENGINE_DIR/dockerd.log" 2>&1 &
+	ENGINE_PID=$!
+	local t0=$SECONDS
+	for _ in $(seq 1 300); do
+		kill -0 "$ENGINE_PID" 2>/dev/null || break
+		if [[ -S $ENGINE_SOCK ]] && engine_docker version >/dev/null 2>&1; then
+			log "docker: dockerd $(engine_docker version --format '{{.Server.Version}}') (pid $ENGINE_PID) on unix://$ENGINE_SOCK, bridge $ENGINE_BRIDGE ($ENGINE_NET.0/24, no iptables), ready in $((SECONDS - t0)) s"
+			return 0
+		fi
+		sleep 0.1
+	done
+	tail -n 30 "$ENGINE_DIR/dockerd.log" >&2 || true
+	die "dockerd did not start (log above: $ENGINE_DIR/dockerd.log)"
+}
+
+# Removes every container, stops dockerd (SIGTERM, SIGKILL after 20 s), sweeps what
+# is left and removes the engine's folder (KEEP: 1 keeps dockerd.log).
+engine_stop() {
+	[[ -n $ENGINE_DIR ]] || return 0
+	local keep=${1:-0}
+	if [[ -n $ENGINE_PID ]] && kill -0 "$ENGINE_PID" 2>/dev/null; then
+		local ids
+		ids=$(timeout 20 docker -H "unix://$ENGINE_SOCK" ps -aq 2>/dev/null) || true
+		if [[ -n $ids ]]; then
+			# shellcheck disable=SC2086
+			timeout 60 docker -H "unix://$ENGINE_SOCK" rm -f -v $ids >/dev/null 2>&1 || true
+		fi
+		kill -TERM "$ENGINE_PID" 2>/dev/null || true
+		for _ in $(seq 1 200); do
+			kill -0 "$ENGINE_PID" 2>/dev/null || break
+			sleep 0.1
+		done
+		if kill -0 "$ENGINE_PID" 2>/dev/null; then
+			log "docker: dockerd did not stop in 20 s; killing it"
+			kill -KILL "$ENGINE_PID" 2>/dev/null || true
+		fi
+		wait "$ENGINE_PID" 2>/dev/null || true
+	fi
+	ENGINE_PID=
+	engine_sweep
+	if ((keep)); then
+		find "$ENGINE_DIR" -mindepth 1 -maxdepth 1 ! -name dockerd.log -exec rm -rf {} +
+	else
+		rm -rf "$ENGINE_DIR"
+	fi
+	ENGINE_DIR=
+}
+
+# A root of busybox applets: DIR/bin/busybox and a link per applet.
+engine_busybox_root() {
+	local dir=$1 bb a
+	bb=$(engine_static_busybox) || die "no static busybox (install busybox-static)"
+	mkdir -p "$dir/bin" "$dir/tmp"
+	chmod 1777 "$dir/tmp"
+	cp "$bb" "$dir/bin/busybox"
+	for a in $("$bb" --list); do
+		[[ $a == busybox ]] || ln -s busybox "$dir/bin/$a"
+	done
+}
+
+# A sandbox root: bin, sbin, lib* point into usr, which is the host's (bind-mounted
+# read-only by [docker] sandbox_binds); root and a normal user.
+engine_sandbox_root() {
+	local dir=$1 l
+	mkdir -p "$dir"/{usr,etc,opt,run,var/tmp,tmp,root,home/user}
+	for l in bin sbin lib lib32 lib64 libx32; do
+		[[ -e /usr/$l ]] && ln -s "usr/$l" "$dir/$l"
+	done
+	chmod 1777 "$dir/tmp" "$dir/var/tmp"
+	chmod 700 "$dir/root"
+	chown 1000:1000 "$dir/home/user"
+	cat >"$dir/etc/passwd" <<'EOF'
+root:x:0:0:root:/root:/bin/bash
+user:x:1000:1000:user:/home/user:/bin/bash
+nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin
+EOF
+	cat >"$dir/etc/group" <<'EOF'
+root:x:0:
+user:x:1000:
+nogroup:x:65534:
+EOF
+	printf 'root:*::0:99999:7:::\nuser:*::0:99999:7:::\nnobody:*::0:99999:7:::\n' >"$dir/etc/shadow"
+	chmod 640 "$dir/etc/shadow"
+}
+
+engine_import() { # DIR TAG CHANGE...
+	local dir=$1 tag=$2
+	shift 2
+	local changes=() c
+	for c in "$@"; do changes+=(--change "$c"); done
+	tar --numeric-owner -C "$dir" -cf - . | engine_docker import "${changes[@]}" - "$tag" >/dev/null
+}
+
+# The sandbox binds: the host's /usr and what its programs read outside it, the
+# execd stand-in, the Jupyter venv and the Python it runs on.
+engine_sandbox_binds() {
+	local execd=$1 jupyter=$2 prefix
+	echo "/usr:/usr:ro"
+	[[ -d /etc/alternatives ]] && echo "/etc/alternatives:/etc/alternatives:ro"
+	[[ -f /etc/ld.so.cache ]] && echo "/etc/ld.so.cache:/etc/ld.so.cache:ro"
+	echo "$execd:$ENGINE_STANDIN_PATH:ro"
+	if [[ -n $jupyter ]]; then
+		echo "$jupyter:$jupyter:ro"
+		prefix=$("$jupyter/bin/python" -c 'import sys; print(sys.base_prefix)')
+		[[ $prefix == /usr || $prefix == /usr/* ]] || echo "$prefix:$prefix:ro"
+	fi
+}
+
+# engine_build_images JUPYTER_VENV: the four images, by docker import.
+engine_build_images() {
+	local jupyter=$1 stage=$ENGINE_DIR/images t0=$SECONDS here
+	here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+	rm -rf "$stage"
+	mkdir -p "$stage"
+
+	# execd: what the server copies into every sandbox (/execd, /bootstrap.sh); it runs
+	# this image with `tail -f /dev/null` to read them.
+	engine_busybox_root "$stage/execd"
+	install -m 755 "$here/image/execd.sh" "$stage/execd/execd"
+	install -m 755 "$here/image/bootstrap.sh" "$stage/execd/bootstrap.sh"
+	engine_import "$stage/execd" "$ENGINE_EXECD_IMAGE" 'CMD ["/bin/sh"]'
+
+	# The sandbox image the provider's `base` template names.
+	local path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+	engine_sandbox_root "$stage/sandbox"
+	engine_import "$stage/sandbox" "$ENGINE_SANDBOX_IMAGE" \
+		"ENV PATH=$path" 'ENV LANG=C.UTF-8' 'CMD ["python3"]'
+
+	# The code-interpreter image (template `code`): its environment and entrypoint,
+	# Jupyter from the testbed's venv.
+	engine_sandbox_root "$stage/code"
+	mkdir -p "$stage/code/workspace" "$stage/code/opt/code-interpreter"
+	install -m 755 "$here/../server/code_interpreter.sh" "$stage/code/opt/code-interpreter/code-interpreter.sh"
+	engine_import "$stage/code" "$ENGINE_CODE_IMAGE" \
+		"ENV PATH=$jupyter/bin:$path" 'ENV LANG=C.UTF-8' \
+		"ENV JUPYTER_HOST=http://127.0.0.1:$ENGINE_JUPYTER_PORT" "ENV JUPYTER_PORT=$ENGINE_JUPYTER_PORT" \
+		"ENV JUPYTER_TOKEN=$ENGINE_JUPYTER_TOKEN" 'WORKDIR /workspace' \
+		'ENTRYPOINT ["/opt/code-interpreter/code-interpreter.sh"]'
+
+	# The egress sidecar stand-in: answers the server's readiness probe and GET /policy.
+	engine_busybox_root "$stage/egress"
+	mkdir -p "$stage/egress/egress"
+	install -m 755 "$here/image/egress-serve.sh" "$stage/egress/egress/serve.sh"
+	install -m 755 "$here/image/egress-handle.sh" "$stage/egress/egress/handle.sh"
+	engine_import "$stage/egress" "$ENGINE_EGRESS_IMAGE" 'CMD ["/egress/serve.sh"]'
+
+	rm -rf "$stage"
+	log "docker: images $ENGINE_EXECD_IMAGE, $ENGINE_SANDBOX_IMAGE, $ENGINE_CODE_IMAGE, $ENGINE_EGRESS_IMAGE built in $((SECONDS - t0)) s"
+}
