@@ -82,14 +82,38 @@ pub fn remove(name: &str) -> Result<()> {
     let snapshot = find(&lifecycle, name)?.only()?;
     lifecycle.delete_snapshot(&snapshot.id).map_err(|e| {
         let kind = e.kind;
+        let why = match e.upstream_code() {
+            Some(code) if code.contains("DELETE_CONFLICT") => in_use(&lifecycle, &snapshot.id),
+            _ => String::new(),
+        };
         let message = format!(
-            "template `{name}` (snapshot {}): {}",
+            "template `{name}` (snapshot {}): {}{why}",
             snapshot.id, e.message
         );
         e.reworded(kind, message)
     })?;
     memo::forget(&name_key(&snapshot.id)?);
     Ok(())
+}
+
+/// Why the server cannot delete a snapshot yet: on Docker its image stays
+/// while a container made from it exists. Names those sandboxes.
+fn in_use(lifecycle: &Lifecycle, id: &str) -> String {
+    let users: Vec<String> = lifecycle
+        .list(&[], &[])
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|s| s.snapshot_id.as_deref() == Some(id))
+        .map(|s| s.id)
+        .collect();
+    let which = match users.as_slice() {
+        [] => "the sandboxes made from it".to_string(),
+        ids => format!("the sandboxes made from it ({})", ids.join(", ")),
+    };
+    format!(
+        ". It is still in use: kill {which}, then call templates.remove again; until then it \
+         is listed as `deleting` and no sandbox can be made from it"
+    )
 }
 
 /// What a new sandbox starts from.

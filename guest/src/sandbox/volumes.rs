@@ -163,7 +163,8 @@ pub fn explain(e: Error, volumes: &[Volume]) -> Error {
         return e;
     };
     let hint = match e.upstream_code() {
-        Some(code) if code.contains("PVC_VOLUME_NOT_FOUND") => format!(
+        // 1.1.1 says `VOLUME::PVC_NOT_FOUND`; its constant is PVC_VOLUME_NOT_FOUND.
+        Some(code) if code.contains("PVC") && code.contains("NOT_FOUND") => format!(
             "; create it first (`docker volume create {}` on Docker, a PersistentVolumeClaim \
              on Kubernetes)",
             v.source
@@ -273,7 +274,7 @@ mod tests {
         let volumes = [vol("cache", "/c"), vol("/home/me", "/h")];
         let refused = status(
             400,
-            br#"{"code":"SANDBOX::HOST_PATH_NOT_ALLOWED","message":"Host path '/home/me' is not under any allowed prefix. Allowed prefixes: ['/srv/boxes']"}"#,
+            br#"{"code":"VOLUME::HOST_PATH_NOT_ALLOWED","message":"Host path '/home/me' is not under any allowed prefix. Allowed prefixes: ['/srv/boxes']"}"#,
             "the server",
             "the new sandbox",
         );
@@ -289,7 +290,7 @@ mod tests {
         }
         let missing = status(
             400,
-            br#"{"code":"SANDBOX::PVC_VOLUME_NOT_FOUND","message":"Volume 'vol-0': Docker named volume 'cache' does not exist."}"#,
+            br#"{"code":"VOLUME::PVC_NOT_FOUND","message":"Volume 'vol-0': Docker named volume 'cache' does not exist."}"#,
             "the server",
             "the new sandbox",
         );
