@@ -33,12 +33,12 @@ lint:
 install *args:
     scripts/install {{args}}
 
-# The real opensandbox-server on 127.0.0.1:8080 (foreground; Ctrl-C stops everything).
+# The real opensandbox-server on 127.0.0.1:8080 (foreground; Ctrl-C stops everything); --docker: unpatched, on a Docker engine it starts itself (root; docker.io installed when missing).
 testbed *args:
     cargo build -p execd-standin
     tests/testbed/testbed start {{args}}
 
-# Official Python + TypeScript SDKs against the testbed, direct and server-proxy modes.
+# Official Python + TypeScript SDKs against the testbed, direct and server-proxy modes (--docker: against the Docker tier, with its raw checks of containers, snapshots, volumes, egress).
 testbed-check *args:
     cargo build -p execd-standin
     tests/testbed/testbed check {{args}}

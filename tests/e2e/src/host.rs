@@ -1,6 +1,6 @@
 //! An `epp-host run` process driven over stdio through `epp-client`.
 
-use crate::{artifact, target_dir, testbed};
+use crate::{Testbed, artifact, docker_testbed, target_dir, testbed};
 use epp_client::{Client, Options};
 pub use epp_client::{Reply, RpcError};
 use serde_json::{Value, json};
@@ -27,7 +27,17 @@ pub struct HostBuilder {
 impl HostBuilder {
     /// A host for the shared testbed in `mode`, with its API key.
     pub fn new(mode: Mode) -> HostBuilder {
-        let tb = testbed();
+        Self::for_testbed(testbed(), mode)
+    }
+
+    /// A host for the shared Docker-tier testbed (`docker_testbed`) in `mode`, with
+    /// its API key; otherwise as `new`.
+    pub fn docker(mode: Mode) -> HostBuilder {
+        Self::for_testbed(docker_testbed(), mode)
+    }
+
+    /// A host for testbed `tb` in `mode`, with its API key; otherwise as `new`.
+    pub fn for_testbed(tb: &Testbed, mode: Mode) -> HostBuilder {
         let mut env = vec![
             ("ABX_OPENSANDBOX_BASE_URL".to_string(), tb.url.clone()),
             (
@@ -163,7 +173,9 @@ fn leaks_beyond_testbed(line: &str) -> bool {
     if let Some(list) = value["result"]["processes"].as_array_mut() {
         list.retain(|p| {
             let cmd = p["cmdline"].as_str().unwrap_or("");
-            !(cmd.contains("tests/testbed/testbed start") || cmd.contains("server/run_server.py"))
+            !(cmd.contains("tests/testbed/testbed start")
+                || cmd.contains("server/run_server.py")
+                || cmd.contains("docker/run_server.py"))
         });
     }
     crate::secrets::leak(&value.to_string()).is_some()
@@ -184,6 +196,11 @@ impl Host {
     /// A host for the shared testbed with default settings.
     pub fn start(mode: Mode) -> Host {
         HostBuilder::new(mode).spawn()
+    }
+
+    /// A host for the shared Docker-tier testbed with default settings.
+    pub fn start_docker(mode: Mode) -> Host {
+        HostBuilder::docker(mode).spawn()
     }
 
     /// Writes raw bytes to the host's stdin.

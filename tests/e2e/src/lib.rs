@@ -6,6 +6,10 @@
 //! `EPP_GUEST_WASM`, `EPP_TRUSTED_KEY`, `EPP_TESTBED_URL`, `EPP_TESTBED_KEY`);
 //! without `EPP_TESTBED_URL` the harness starts its own testbed once per test
 //! binary and stops it (with every sandbox process) when the binary exits.
+//! The Docker tier (the unpatched server on a Docker engine of the testbed's own,
+//! `docker_testbed`, `HostBuilder::docker`) likewise comes from
+//! `EPP_DOCKER_TESTBED_URL`, `EPP_DOCKER_TESTBED_KEY`, `EPP_DOCKER_HOST` and
+//! `EPP_DOCKER_TESTBED_VOLUMES`, or is started once per test binary that uses it.
 
 pub mod faults;
 mod host;
@@ -14,7 +18,10 @@ mod testbed;
 
 pub use faults::{Fault, FaultProxy, Held, HoldEnd};
 pub use host::{Host, HostBuilder, Mode, Reply, RpcError};
-pub use testbed::{PrivateTestbed, Testbed, testbed};
+pub use testbed::{
+    PrivateTestbed, Testbed, docker_cli, docker_cli_output, docker_host, docker_inspect,
+    docker_testbed, docker_volumes, sandbox_container, testbed,
+};
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -1,7 +1,8 @@
-//! Starting (or reusing) the testbed.
+//! Starting (or reusing) the testbed: the local-process tier and the Docker tier.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -64,7 +65,7 @@ impl Testbed {
             }
         });
         match ready {
-            Ok(url) => Testbed {
+            Ok((url, _)) => Testbed {
                 url,
                 api_key,
                 child: Some(child),
@@ -141,7 +142,7 @@ impl PrivateTestbed {
         args.extend(options.iter().map(String::as_str));
         let (mut child, ready) = launch(&args, false, |_| {});
         match ready {
-            Ok(url) => (child, url),
+            Ok((url, _)) => (child, url),
             Err(seen) => {
                 stop_group(&mut child);
                 panic!("a private testbed did not start:\n{}", seen.join("\n"));
@@ -171,17 +172,18 @@ impl Drop for PrivateTestbed {
     }
 }
 
+/// What `launch` saw: the URL and the lines before the "ready at" line, or every
+/// line printed when it never came.
+type Launched = Result<(String, Vec<String>), Vec<String>>;
+
 /// Runs `tests/testbed/testbed start <args>` in its own process group (so one
 /// signal stops the server and every sandbox) and waits up to 180 s for its
-/// "ready at" line: the URL, or every line it printed. `spawned` runs before
-/// the wait (to register cleanup); `echo` copies its output to stderr.
+/// "ready at" line: the URL and the lines before it, or every line it printed.
+/// `spawned` runs before the wait (to register cleanup); `echo` copies its
+/// output to stderr.
 // The child is stopped by the callers (atexit hook or `stop_group`), not here.
 #[allow(clippy::zombie_processes)]
-fn launch(
-    args: &[&str],
-    echo: bool,
-    spawned: impl FnOnce(&Child),
-) -> (Child, Result<String, Vec<String>>) {
+fn launch(args: &[&str], echo: bool, spawned: impl FnOnce(&Child)) -> (Child, Launched) {
     let script = crate::repo_root().join("tests/testbed/testbed");
     let mut cmd = Command::new(&script);
     cmd.arg("start")
@@ -222,7 +224,7 @@ fn launch(
                         .next()
                         .unwrap()
                         .to_string();
-                    return (child, Ok(url));
+                    return (child, Ok((url, seen)));
                 }
                 seen.push(line);
             }
@@ -249,4 +251,183 @@ fn stop_group(child: &mut Child) {
         libc::kill(-pgid, libc::SIGKILL);
     }
     let _ = child.wait();
+}
+
+/// The Docker tier: the unpatched server on a Docker engine of the testbed's own
+/// (`testbed start --docker`, tests/testbed/README.md "Docker tier").
+struct DockerTier {
+    testbed: Testbed,
+    /// The engine, `unix:///…/engine.sock` (for `docker -H`).
+    host: String,
+    /// The host folder sandboxes may bind (`[storage] allowed_host_paths`).
+    volumes: PathBuf,
+}
+
+static DOCKER: OnceLock<DockerTier> = OnceLock::new();
+static DOCKER_PGID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+extern "C" fn stop_docker_testbed() {
+    let pgid = DOCKER_PGID.load(std::sync::atomic::Ordering::SeqCst);
+    if pgid > 0 {
+        // SAFETY: plain syscalls on a process group this process created.
+        unsafe {
+            libc::kill(-pgid, libc::SIGTERM);
+        }
+        // It removes every container and stops its engine first: a few seconds.
+        for _ in 0..600 {
+            std::thread::sleep(Duration::from_millis(50));
+            // SAFETY: probing a process group we own.
+            if unsafe { libc::kill(-pgid, 0) } != 0 {
+                return;
+            }
+        }
+        // SAFETY: as above.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+    }
+}
+
+fn docker_tier() -> &'static DockerTier {
+    DOCKER.get_or_init(|| match std::env::var("EPP_DOCKER_TESTBED_URL") {
+        Ok(url) => {
+            let var = |name: &str| {
+                std::env::var(name).unwrap_or_else(|_| {
+                    panic!(
+                        "EPP_DOCKER_TESTBED_URL is set but {name} is not (scripts/e2e sets both)"
+                    )
+                })
+            };
+            DockerTier {
+                testbed: Testbed {
+                    url,
+                    api_key: std::env::var("EPP_DOCKER_TESTBED_KEY").unwrap_or_default(),
+                    child: None,
+                },
+                host: var("EPP_DOCKER_HOST"),
+                volumes: PathBuf::from(var("EPP_DOCKER_TESTBED_VOLUMES")),
+            }
+        }
+        Err(_) => DockerTier::start(),
+    })
+}
+
+impl DockerTier {
+    // The child is stopped (its whole process group) by the atexit hook.
+    fn start() -> DockerTier {
+        // SAFETY: a plain syscall.
+        assert_eq!(
+            unsafe { libc::geteuid() },
+            0,
+            "the Docker tier runs a dockerd of its own and needs root (or set EPP_DOCKER_TESTBED_URL \
+             and the other EPP_DOCKER_* variables to one already running: scripts/e2e does)"
+        );
+        // The local tier's key: the secrets sweep looks for it in every host's output.
+        let api_key = testbed().api_key.clone();
+        let mut args = vec!["--docker", "--port", "0"];
+        if api_key.is_empty() {
+            args.push("--no-api-key");
+        } else {
+            args.extend(["--api-key", api_key.as_str()]);
+        }
+        let (child, ready) = launch(&args, true, |child| {
+            DOCKER_PGID.store(child.id() as i32, std::sync::atomic::Ordering::SeqCst);
+            // SAFETY: registering a plain extern "C" function.
+            unsafe {
+                libc::atexit(stop_docker_testbed);
+            }
+        });
+        let Ok((url, lines)) = ready else {
+            stop_docker_testbed();
+            panic!(
+                "the Docker testbed did not become ready within 180 s (see [testbed] lines above)"
+            );
+        };
+        // testbed: docker: engine DOCKER_HOST=unix://…; host paths for volumes under /…/volumes
+        let line = lines
+            .iter()
+            .find(|l| l.contains("engine DOCKER_HOST="))
+            .unwrap_or_else(|| panic!("no engine line in the Docker testbed's output: {lines:?}"));
+        let after = |marker: &str| {
+            line.split_once(marker)
+                .map(|(_, rest)| rest.split([';', ' ']).next().unwrap_or("").to_string())
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| panic!("no {marker:?} in {line:?}"))
+        };
+        DockerTier {
+            host: after("DOCKER_HOST="),
+            volumes: PathBuf::from(after("volumes under ")),
+            testbed: Testbed {
+                url,
+                api_key,
+                child: Some(child),
+            },
+        }
+    }
+}
+
+/// The shared Docker-tier testbed of this test binary: from `EPP_DOCKER_TESTBED_URL`,
+/// `EPP_DOCKER_TESTBED_KEY`, `EPP_DOCKER_HOST` and `EPP_DOCKER_TESTBED_VOLUMES`
+/// (scripts/e2e), else started once (`testbed start --docker`, as root) and stopped,
+/// with its engine, when the binary exits.
+pub fn docker_testbed() -> &'static Testbed {
+    &docker_tier().testbed
+}
+
+/// The Docker tier's engine, `unix:///…/engine.sock`: what `docker -H` takes.
+pub fn docker_host() -> &'static str {
+    &docker_tier().host
+}
+
+/// The host folder under which the Docker tier lets sandboxes bind host paths
+/// (its only `[storage] allowed_host_paths` entry); it exists.
+pub fn docker_volumes() -> &'static Path {
+    &docker_tier().volumes
+}
+
+/// Runs `docker -H <the Docker tier's engine> ARGS`; its output, whatever the exit status.
+pub fn docker_cli_output(args: &[&str]) -> Output {
+    Command::new("docker")
+        .arg("-H")
+        .arg(docker_host())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("running docker {args:?}: {e}"))
+}
+
+/// Runs `docker -H <the Docker tier's engine> ARGS`, which must succeed; its stdout.
+pub fn docker_cli(args: &[&str]) -> String {
+    let out = docker_cli_output(args);
+    assert!(
+        out.status.success(),
+        "docker {args:?} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("docker prints UTF-8")
+}
+
+/// `docker inspect` of one container (or image, volume…) as JSON; `None` when the
+/// engine has no such object.
+pub fn docker_inspect(name: &str) -> Option<serde_json::Value> {
+    let out = docker_cli_output(&["inspect", "--", name]);
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("No such object"),
+            "docker inspect {name} failed ({}): {err}",
+            out.status
+        );
+        return None;
+    }
+    let mut list: Vec<serde_json::Value> =
+        serde_json::from_slice(&out.stdout).expect("docker inspect prints JSON");
+    assert_eq!(list.len(), 1, "docker inspect {name}: {list:?}");
+    list.pop()
+}
+
+/// The container the server runs sandbox `sandbox_id` in (its name, `sandbox-<id>`).
+pub fn sandbox_container(sandbox_id: &str) -> String {
+    format!("sandbox-{sandbox_id}")
 }

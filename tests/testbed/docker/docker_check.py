@@ -1,0 +1,247 @@
+"""Raw-HTTP checks of the Docker tier: what the server does with a real engine.
+
+For `testbed check --docker` (in place of conformance/lifecycle_check.py, which
+looks at the local runtime's processes): each sandbox is a container of the
+testbed's engine (looked at through the Docker SDK); execd runs commands as root
+and as uid 1000; pause is `docker pause`; a snapshot is a `docker commit` a new
+sandbox starts from, with the file written before; a host-path volume is a bind
+under [storage] allowed_host_paths and a path outside is refused, a named volume is
+shared; a networkPolicy starts the egress stand-in sidecar with the policy, and the
+server's /networkpolicy reads it back; deleting removes it all.
+
+Environment: OPEN_SANDBOX_DOMAIN, OPEN_SANDBOX_API_KEY, DOCKER_HOST (the engine),
+TESTBED_DOCKER_VOLUMES (the allowed host folder). Run with the server venv's
+Python (it has the docker SDK). Exits non-zero at the first mismatch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import docker
+from docker.errors import ImageNotFound, NotFound
+
+DOMAIN = os.environ.get("OPEN_SANDBOX_DOMAIN", "127.0.0.1:8080")
+API_KEY = os.environ.get("OPEN_SANDBOX_API_KEY", "")
+VOLUMES = Path(os.environ["TESTBED_DOCKER_VOLUMES"])
+BASE = f"http://{DOMAIN}/v1"
+IMAGE = "python:3.12-slim"
+ENGINE = docker.DockerClient(base_url=os.environ["DOCKER_HOST"], timeout=60)
+created: list[str] = []
+
+
+class Mismatch(AssertionError):
+    pass
+
+
+def check(cond: bool, what: str) -> None:
+    if not cond:
+        raise Mismatch(what)
+    print(f"  ok  {what}", flush=True)
+
+
+def call(method: str, path: str, body=None, timeout: float = 120):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(BASE + path, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    if API_KEY:
+        req.add_header("OPEN-SANDBOX-API-KEY", API_KEY)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            status, payload = resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        status, payload = err.code, err.read()
+    return status, (json.loads(payload) if payload else None)
+
+
+def create(**extra) -> str:
+    body = {"image": {"uri": IMAGE}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 600,
+            "resourceLimits": {}, **extra}
+    status, resp = call("POST", "/sandboxes", body)
+    check(status == 202, f"create {sorted(extra) or 'plain'}: 202 ({status} {resp})")
+    created.append(resp["id"])
+    return resp["id"]
+
+
+def container(sandbox_id: str, prefix: str = "sandbox-"):
+    return ENGINE.containers.get(f"{prefix}{sandbox_id}")
+
+
+def run_in(sandbox_id: str, cmd: str) -> str:
+    code, out = container(sandbox_id).exec_run(["sh", "-c", cmd])
+    if code != 0:
+        raise Mismatch(f"`{cmd}` exited {code}: {out!r}")
+    return out.decode()
+
+
+def execd_run(sandbox_id: str, command: str, **extra) -> str:
+    """stdout of `command` run by the sandbox's execd (POST /command), through its endpoint."""
+    status, ep = call("GET", f"/sandboxes/{sandbox_id}/endpoints/44772")
+    check(status == 200, f"execd endpoint ({status} {ep})")
+    req = urllib.request.Request(f"http://{ep['endpoint']}/command", method="POST",
+                                 data=json.dumps({"command": command, **extra}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        events = [json.loads(chunk) for chunk in resp.read().decode().split("\n\n") if chunk.strip()]
+    errors = [e for e in events if e.get("type") == "error"]
+    if errors:
+        raise Mismatch(f"`{command}` failed: {errors}")
+    return "".join(e.get("text", "") for e in events if e.get("type") == "stdout")
+
+
+def delete(sandbox_id: str) -> None:
+    status, resp = call("DELETE", f"/sandboxes/{sandbox_id}")
+    check(status == 204, f"delete: 204 ({status} {resp})")
+    created.remove(sandbox_id)
+
+
+def gone(name: str) -> bool:
+    try:
+        ENGINE.containers.get(name)
+    except NotFound:
+        return True
+    return False
+
+
+def part_lifecycle() -> None:
+    sid = create(metadata={"suite": "docker-check"})
+    c = container(sid)
+    check(c.status == "running", f"its container runs ({c.status})")
+    check(c.attrs["Config"]["Entrypoint"] == ["/opt/opensandbox/bootstrap.sh"], "bootstrap.sh is the entrypoint")
+    binds = c.attrs["HostConfig"]["Binds"] or []
+    check("/usr:/usr:ro" in binds, f"[docker] sandbox_binds applied ({binds})")
+    ports = c.attrs["NetworkSettings"]["Ports"]
+    hosts = {b["HostIp"] for bs in ports.values() if bs for b in bs}
+    check(hosts == {"127.0.0.1"}, f"ports published on loopback only ({ports})")
+    status, ep = call("GET", f"/sandboxes/{sid}/endpoints/44772")
+    check(status == 200 and ep["endpoint"].startswith("127.0.0.1:"), f"endpoint on loopback ({ep})")
+    with urllib.request.urlopen(f"http://{ep['endpoint']}/ping", timeout=10) as resp:
+        check(resp.status == 200, "execd answers through the published port")
+    check(run_in(sid, "test -f /.dockerenv && id -un && ls -d /home/user") == "root\n/home/user\n",
+          "a container of the image: root and a normal user")
+    check(execd_run(sid, "id -un; id -u; echo $HOME") == "root\n0\n/root\n", "execd runs commands as root")
+    check(execd_run(sid, "id -un; id -g; touch /home/user/mine; stat -c %U /home/user/mine", uid=1000)
+          == "user\n1000\nuser\n", "and as uid 1000 (setuid in the container)")
+    status, _ = call("POST", f"/sandboxes/{sid}/pause")
+    c.reload()
+    check(status == 202 and c.attrs["State"]["Paused"], "pause is docker pause")
+    status, info = call("GET", f"/sandboxes/{sid}")
+    check(info["status"]["state"] == "Paused", f"state Paused ({info['status']})")
+    status, _ = call("POST", f"/sandboxes/{sid}/resume")
+    c.reload()
+    check(status == 202 and not c.attrs["State"]["Paused"] and c.attrs["State"]["Running"], "resume unpauses")
+    delete(sid)
+    check(gone(f"sandbox-{sid}"), "delete removes the container")
+
+
+def part_snapshot() -> None:
+    sid = create()
+    run_in(sid, "echo before-the-snapshot > /root/kept.txt")
+    status, snap = call("POST", f"/sandboxes/{sid}/snapshots", {"name": "docker-check"})
+    check(status in (200, 201, 202), f"snapshot accepted ({status} {snap})")
+    snap_id = snap["id"]
+    deadline = time.monotonic() + 60
+    while snap["status"]["state"] != "Ready" and time.monotonic() < deadline:
+        check(snap["status"]["state"] in ("Creating", "Pending"), f"snapshot on its way ({snap['status']})")
+        time.sleep(0.2)
+        status, snap = call("GET", f"/snapshots/{snap_id}")
+    check(snap["status"]["state"] == "Ready", f"snapshot Ready ({snap['status']})")
+    image = ENGINE.images.get(f"opensandbox-snapshots:{snap_id}")
+    check(image is not None, "a docker commit: image opensandbox-snapshots:<id>")
+    status, resp = call("POST", "/sandboxes", {"snapshotId": snap_id, "entrypoint": ["tail", "-f", "/dev/null"],
+                                               "timeout": 600, "resourceLimits": {}})
+    check(status == 202, f"create from the snapshot ({status} {resp})")
+    created.append(resp["id"])
+    check(run_in(resp["id"], "cat /root/kept.txt") == "before-the-snapshot\n",
+          "the file written before the snapshot is in the new sandbox")
+    delete(resp["id"])
+    delete(sid)
+    status, _ = call("DELETE", f"/snapshots/{snap_id}")
+    check(status == 204, f"snapshot deleted ({status})")
+    try:
+        ENGINE.images.get(f"opensandbox-snapshots:{snap_id}")
+        check(False, "deleting the snapshot removes its image")
+    except ImageNotFound:
+        check(True, "deleting the snapshot removes its image")
+
+
+def part_volumes() -> None:
+    host_dir = VOLUMES / f"check-{uuid.uuid4().hex[:8]}"
+    host_dir.mkdir()
+    (host_dir / "from-host.txt").write_text("written on the host\n")
+    sid = create(volumes=[{"name": "data", "host": {"path": str(host_dir)}, "mountPath": "/data"}])
+    check(run_in(sid, "cat /data/from-host.txt") == "written on the host\n", "a host file is in the container")
+    run_in(sid, "echo written-in-the-container > /data/back.txt")
+    check((host_dir / "back.txt").read_text() == "written-in-the-container\n", "and back: a real bind")
+    delete(sid)
+    claim = f"testbed-check-{uuid.uuid4().hex[:8]}"
+    pvc = [{"name": "named", "pvc": {"claimName": claim, "createIfNotExists": True}, "mountPath": "/named"}]
+    first = create(volumes=pvc)
+    check(ENGINE.volumes.get(claim) is not None, "a named volume: created in the engine")
+    run_in(first, "echo shared > /named/f.txt")
+    second = create(volumes=pvc)
+    check(run_in(second, "cat /named/f.txt") == "shared\n", "a second sandbox sees what the first wrote")
+    delete(first)
+    delete(second)
+    ENGINE.volumes.get(claim).remove()
+    status, resp = call("POST", "/sandboxes", {"image": {"uri": IMAGE}, "entrypoint": ["tail", "-f", "/dev/null"],
+                                               "timeout": 600, "resourceLimits": {},
+                                               "volumes": [{"name": "etc", "host": {"path": "/etc"},
+                                                            "mountPath": "/hostetc"}]})
+    if status == 202:
+        created.append(resp["id"])
+    check(status == 400 and "allowed" in json.dumps(resp).lower(),
+          f"a host path outside [storage] allowed_host_paths is refused ({status} {resp})")
+
+
+def part_egress() -> None:
+    policy = {"defaultAction": "deny", "egress": [{"action": "allow", "target": "pypi.org"}]}
+    sid = create(networkPolicy=policy)
+    sidecar = container(sid, "sandbox-egress-")
+    env = dict(e.split("=", 1) for e in sidecar.attrs["Config"]["Env"])
+    check(json.loads(env.get("OPENSANDBOX_EGRESS_RULES", "{}")) == policy,
+          f"the sidecar got the policy ({env.get('OPENSANDBOX_EGRESS_RULES')})")
+    main = container(sid)
+    check(main.attrs["HostConfig"]["NetworkMode"] == f"container:{sidecar.id}",
+          "the sandbox runs in the sidecar's network namespace")
+    status, resp = call("GET", f"/sandboxes/{sid}/networkpolicy")
+    check(status == 200 and resp.get("policy") == policy, f"GET /networkpolicy through the server ({status} {resp})")
+    status, ep = call("GET", f"/sandboxes/{sid}/endpoints/44772")
+    with urllib.request.urlopen(f"http://{ep['endpoint']}/ping", timeout=10) as r:
+        check(r.status == 200, "execd answers through the sidecar's published port")
+    delete(sid)
+    check(gone(f"sandbox-egress-{sid}"), "delete removes the sidecar too")
+
+
+def main() -> int:
+    failures = []
+    for name, fn in (("lifecycle, pause", part_lifecycle), ("snapshot (docker commit)", part_snapshot),
+                     ("volumes (host binds, named)", part_volumes), ("egress sidecar", part_egress)):
+        print(name, flush=True)
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - report, go on with the next part
+            if not isinstance(exc, Mismatch) or os.environ.get("TESTBED_VERBOSE") == "1":
+                traceback.print_exc()
+            failures.append(f"{name}: {exc}")
+            print(f"  MISMATCH {exc}", flush=True)
+    for sid in list(created):
+        call("DELETE", f"/sandboxes/{sid}")
+    if failures:
+        print("docker tier: " + "; ".join(failures), flush=True)
+        return 1
+    print("docker tier: all checks passed", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
