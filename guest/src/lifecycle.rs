@@ -1,19 +1,43 @@
-//! Client of the OpenSandbox lifecycle API (`…/v1/sandboxes`).
+//! Client of the OpenSandbox lifecycle API (`…/v1/sandboxes`, `…/v1/snapshots`,
+//! and the server's `/version`).
 
 use crate::config;
 use crate::error::{self, Error, Result, invalid};
 use crate::http::{Request, Response, Timeouts, Transport, Url, encode};
 use crate::models::{
-    CreateSandboxRequest, Endpoint, RenewRequest, RenewResponse, Sandbox, SandboxList,
+    CreateSandboxRequest, Endpoint, NewSnapshot, Pagination, RenewRequest, RenewResponse, Sandbox,
+    SandboxList, ServerVersion, Snapshot, SnapshotList,
 };
 use crate::retry::Retry;
 use opensandbox_settings::API_KEY_HEADER;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Largest JSON answer accepted from the server.
 const MAX_ANSWER: usize = 16 << 20;
+/// Items per page of the server's lists (its maximum).
+const PAGE_SIZE: u32 = 200;
+/// Pages read at most of one list (two million items).
+const MAX_PAGES: u32 = 10_000;
+
+/// Every item of a paged list: `page(n)` answers page `n` (from 1) and its
+/// pagination; pages are read until the server says there is no next one.
+pub fn all_pages<T>(
+    mut page: impl FnMut(u32) -> Result<(Vec<T>, Option<Pagination>)>,
+) -> Result<Vec<T>> {
+    let mut out = Vec::new();
+    for n in 1..=MAX_PAGES {
+        let (items, pagination) = page(n)?;
+        let more = pagination.is_some_and(|p| p.has_next_page) && !items.is_empty();
+        out.extend(items);
+        if !more {
+            break;
+        }
+    }
+    Ok(out)
+}
 
 /// Rejects ids that could change the meaning of a URL.
 pub fn check_id(kind: &str, id: &str) -> Result<()> {
@@ -43,6 +67,9 @@ pub struct CreateFailed {
 }
 
 pub struct Lifecycle {
+    /// The server's root (`scheme://host:port[/prefix]`), where `/version` is.
+    root: String,
+    /// Its API, `root/v1`.
     base: String,
     target: String,
     headers: Vec<(String, String)>,
@@ -61,15 +88,27 @@ impl Lifecycle {
             headers.push((API_KEY_HEADER.to_string(), key.clone()));
         }
         Ok(Lifecycle {
+            root: settings.origin.to_string(),
             base: settings.origin.api_base(),
             target: format!("the OpenSandbox server at {}", settings.origin),
             headers,
         })
     }
 
+    /// The server's description of where it is, for messages.
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
     fn request(&self, method: &'static str, path: &str) -> Result<Request> {
-        let url = Url::parse(&format!("{}{path}", self.base))
-            .map_err(|t| error::transport(t, &self.target))?;
+        // `/version` is outside the API; everything else is under `/v1`.
+        let base = if path == "/version" {
+            &self.root
+        } else {
+            &self.base
+        };
+        let url =
+            Url::parse(&format!("{base}{path}")).map_err(|t| error::transport(t, &self.target))?;
         Ok(Request::new(method, url).headers(&self.headers))
     }
 
@@ -146,12 +185,42 @@ impl Lifecycle {
         req: &CreateSandboxRequest,
         wait: Duration,
     ) -> std::result::Result<Sandbox, CreateFailed> {
-        let subject = "the new sandbox";
-        let body = Self::body(req);
+        self.post_once("/sandboxes", Self::body(req), wait, "the new sandbox")
+    }
+
+    /// `POST /sandboxes/{id}/snapshots`: the server answers once it has
+    /// recorded the snapshot (`Creating`; Docker commits it afterwards). Never
+    /// retried, like `create`: a lost answer may have made one.
+    pub fn snapshot(
+        &self,
+        sandbox_id: &str,
+        name: &str,
+    ) -> std::result::Result<Snapshot, CreateFailed> {
+        check_id("sandbox", sandbox_id).map_err(|error| CreateFailed {
+            error,
+            may_exist: false,
+        })?;
+        self.post_once(
+            &format!("/sandboxes/{sandbox_id}/snapshots"),
+            Self::body(&NewSnapshot { name }),
+            Timeouts::API.first_byte,
+            &format!("a snapshot of sandbox {sandbox_id}"),
+        )
+    }
+
+    /// A `POST` that makes something, sent once; its failure says whether
+    /// the thing may exist all the same.
+    fn post_once<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: Option<Vec<u8>>,
+        wait: Duration,
+        subject: &str,
+    ) -> std::result::Result<T, CreateFailed> {
         let outcome = self
             .exchange(
                 "POST",
-                "/sandboxes",
+                path,
                 body.as_deref(),
                 Some(Timeouts::API.first_byte(wait)),
             )
@@ -173,36 +242,89 @@ impl Lifecycle {
 
     pub fn get(&self, id: &str) -> Result<Sandbox> {
         check_id("sandbox", id)?;
-        let subject = format!("sandbox {id}");
-        let resp = self.send("GET", &format!("/sandboxes/{id}"), None, &subject)?;
-        self.json(resp, &subject)
+        self.get_json(&format!("/sandboxes/{id}"), &format!("sandbox {id}"))
     }
 
-    /// One page of `GET /sandboxes`.
-    pub fn list(
-        &self,
-        states: &[String],
-        metadata: &[(String, String)],
-        page: u32,
-    ) -> Result<SandboxList> {
-        let mut query = format!("page={page}&pageSize=200");
+    /// Every sandbox with these states and metadata (all pages of `GET /sandboxes`).
+    pub fn list(&self, states: &[String], metadata: &[(String, String)]) -> Result<Vec<Sandbox>> {
+        let mut filter = String::new();
         for s in states {
-            query.push_str(&format!("&state={}", encode(s)));
+            filter.push_str(&format!("&state={}", encode(s)));
         }
         if !metadata.is_empty() {
             let pairs: Vec<String> = metadata
                 .iter()
                 .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
                 .collect();
-            query.push_str(&format!("&metadata={}", encode(&pairs.join("&"))));
+            filter.push_str(&format!("&metadata={}", encode(&pairs.join("&"))));
         }
+        all_pages(|page| {
+            let path = format!("/sandboxes?page={page}&pageSize={PAGE_SIZE}{filter}");
+            let list: SandboxList = self.get_json(&path, "the sandbox list")?;
+            Ok((list.items, list.pagination))
+        })
+    }
+
+    /// A `GET` answered with JSON.
+    fn get_json<T: DeserializeOwned>(&self, path: &str, subject: &str) -> Result<T> {
+        let resp = self.send("GET", path, None, subject)?;
+        self.json(resp, subject)
+    }
+
+    /// `PATCH /sandboxes/{id}/metadata`: a JSON merge patch (a `None` value
+    /// removes its key); answers the sandbox as it is now.
+    pub fn patch_metadata(
+        &self,
+        id: &str,
+        patch: &BTreeMap<String, Option<String>>,
+    ) -> Result<Sandbox> {
+        check_id("sandbox", id)?;
+        let subject = format!("sandbox {id}");
         let resp = self.send(
-            "GET",
-            &format!("/sandboxes?{query}"),
-            None,
-            "the sandbox list",
+            "PATCH",
+            &format!("/sandboxes/{id}/metadata"),
+            Self::body(patch),
+            &subject,
         )?;
-        self.json(resp, "the sandbox list")
+        self.json(resp, &subject)
+    }
+
+    /// Every snapshot, or those named `name` exactly, or of sandbox `sandbox_id`.
+    pub fn snapshots(&self, name: Option<&str>, sandbox_id: Option<&str>) -> Result<Vec<Snapshot>> {
+        let mut filter = String::new();
+        if let Some(name) = name {
+            filter.push_str(&format!("&name={}", encode(name)));
+        }
+        if let Some(id) = sandbox_id {
+            filter.push_str(&format!("&sandboxId={}", encode(id)));
+        }
+        all_pages(|page| {
+            let path = format!("/snapshots?page={page}&pageSize={PAGE_SIZE}{filter}");
+            let list: SnapshotList = self.get_json(&path, "the snapshot list")?;
+            Ok((list.items, list.pagination))
+        })
+    }
+
+    pub fn get_snapshot(&self, id: &str) -> Result<Snapshot> {
+        check_id("snapshot", id)?;
+        self.get_json(&format!("/snapshots/{id}"), &format!("snapshot {id}"))
+    }
+
+    pub fn delete_snapshot(&self, id: &str) -> Result<()> {
+        check_id("snapshot", id)?;
+        self.send(
+            "DELETE",
+            &format!("/snapshots/{id}"),
+            None,
+            &format!("snapshot {id}"),
+        )
+        .map(drop)
+    }
+
+    /// The server's release (`GET /version`, outside the API; no key needed).
+    pub fn version(&self) -> Result<String> {
+        self.get_json::<ServerVersion>("/version", "the server's version")
+            .map(|v| v.version)
     }
 
     pub fn delete(&self, id: &str) -> Result<()> {

@@ -24,11 +24,18 @@ pub struct PlatformSpec {
     pub arch: &'static str,
 }
 
+/// `POST /sandboxes`: from an image (`image`, `entrypoint` required) or from
+/// a snapshot (`snapshotId`; the server's entrypoint default applies when
+/// none is sent). Exactly one of `image` and `snapshotId`.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateSandboxRequest {
-    pub image: ImageSpec,
-    pub entrypoint: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entrypoint: Option<Vec<String>>,
     /// Seconds; absent = never expires.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout: Option<u32>,
@@ -43,6 +50,37 @@ pub struct CreateSandboxRequest {
     pub network_policy: Option<serde_json::Value>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub secure_access: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeSpec>,
+}
+
+/// One of `volumes`: exactly one backend (`host` or `pvc`).
+#[derive(Serialize, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeSpec {
+    /// A DNS label, unique in the request (the server names the volume by it).
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostPath>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pvc: Option<NamedVolume>,
+    pub mount_path: String,
+    pub read_only: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sub_path: Option<String>,
+}
+
+#[derive(Serialize, Debug, PartialEq, Eq)]
+pub struct HostPath {
+    pub path: String,
+}
+
+/// A volume the platform keeps (a Docker named volume, a Kubernetes PVC).
+#[derive(Serialize, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct NamedVolume {
+    pub claim_name: String,
+    pub create_if_not_exists: bool,
 }
 
 #[derive(Deserialize, Debug, Default)]
@@ -50,7 +88,7 @@ pub struct ImageOut {
     pub uri: Option<String>,
 }
 
-#[derive(Deserialize, Debug, Default)]
+#[derive(Deserialize, Debug, Default, Clone)]
 pub struct Status {
     #[serde(default)]
     pub state: String,
@@ -68,6 +106,8 @@ pub struct Sandbox {
     pub metadata: Option<BTreeMap<String, String>>,
     pub expires_at: Option<String>,
     pub created_at: Option<String>,
+    /// The snapshot it was made from, if any (then `image` is absent).
+    pub snapshot_id: Option<String>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -82,6 +122,39 @@ pub struct SandboxList {
     #[serde(default)]
     pub items: Vec<Sandbox>,
     pub pagination: Option<Pagination>,
+}
+
+/// A snapshot of a sandbox (`/snapshots`): its state is `Creating`, `Ready`,
+/// `Failed` or `Deleting`.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(rename_all = "camelCase")]
+pub struct Snapshot {
+    pub id: String,
+    #[serde(default)]
+    pub sandbox_id: String,
+    pub name: Option<String>,
+    #[serde(default)]
+    pub status: Status,
+    pub created_at: Option<String>,
+}
+
+#[derive(Deserialize, Debug)]
+pub struct SnapshotList {
+    #[serde(default)]
+    pub items: Vec<Snapshot>,
+    pub pagination: Option<Pagination>,
+}
+
+/// `POST /sandboxes/{id}/snapshots` body.
+#[derive(Serialize)]
+pub struct NewSnapshot<'a> {
+    pub name: &'a str,
+}
+
+/// `GET /version`.
+#[derive(Deserialize)]
+pub struct ServerVersion {
+    pub version: String,
 }
 
 #[derive(Deserialize, Debug, Clone, Serialize)]

@@ -11,7 +11,12 @@
 //!   the context's kernel;
 //! - `create:LABEL`: a sandbox.create whose `POST /sandboxes` has not answered
 //!   yet; undone by killing the sandboxes that carry the label, looking for a
-//!   while when none is there yet (crate::sandbox's `label`).
+//!   while when none is there yet (crate::sandbox's `label`);
+//! - `snapshot:ID`: a snapshot a templates.build made; undone by deleting it,
+//!   once it is no longer being made (crate::templates);
+//! - `build:SANDBOX:NAME`: a templates.build whose snapshot POST has not
+//!   answered yet; undone by deleting the snapshots of SANDBOX named NAME,
+//!   looking for a while when none is there yet.
 //!
 //! Undoing what is already gone is no failure: the words say so.
 
@@ -22,6 +27,7 @@ use crate::error::{Error, Kind, Result, invalid};
 use crate::execd::Execd;
 use crate::lifecycle::{Lifecycle, check_id};
 use crate::sandbox;
+use crate::templates;
 
 /// Something a request set going that must not outlive the request if it fails.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +42,11 @@ pub enum Token {
         context_id: String,
     },
     Create(String),
+    Snapshot(String),
+    Build {
+        sandbox_id: String,
+        name: String,
+    },
 }
 
 impl Token {
@@ -51,6 +62,8 @@ impl Token {
                 context_id,
             } => format!("code:{sandbox_id}:{context_id}"),
             Token::Create(label) => format!("create:{label}"),
+            Token::Snapshot(id) => format!("snapshot:{id}"),
+            Token::Build { sandbox_id, name } => format!("build:{sandbox_id}:{name}"),
         }
     }
 
@@ -58,7 +71,8 @@ impl Token {
         let bad = || {
             invalid(format!(
                 "`{token}` is not a token of this provider (it reports `sandbox:ID`, \
-                 `command:SANDBOX:ID`, `code:SANDBOX:CONTEXT` and `create:LABEL`)"
+                 `command:SANDBOX:ID`, `code:SANDBOX:CONTEXT`, `create:LABEL`, `snapshot:ID` \
+                 and `build:SANDBOX:NAME`)"
             ))
         };
         let parts: Vec<&str> = token.split(':').collect();
@@ -77,6 +91,11 @@ impl Token {
                 context_id: id("code context", context)?,
             }),
             ["create", label] => Ok(Token::Create(id("label", label)?)),
+            ["snapshot", snapshot] => Ok(Token::Snapshot(id("snapshot", snapshot)?)),
+            ["build", sandbox, name] => Ok(Token::Build {
+                sandbox_id: id("sandbox", sandbox)?,
+                name: id("template name", name)?,
+            }),
             _ => Err(bad()),
         }
     }
@@ -96,6 +115,8 @@ impl Token {
 pub fn undo(token: &str) -> Result<String> {
     match Token::parse(token)? {
         Token::Create(label) => sandbox::undo_create(&label),
+        Token::Snapshot(id) => templates::undo_snapshot(&id),
+        Token::Build { sandbox_id, name } => templates::undo_build(&sandbox_id, &name),
         Token::Sandbox(id) => {
             let outcome = Lifecycle::new()?.delete(&id);
             said(outcome, format!("killed sandbox {id}"), || {
@@ -191,6 +212,11 @@ mod tests {
                 context_id: "ctx".into(),
             },
             Token::Create("0123abcd".into()),
+            Token::Snapshot("5c1f-9e".into()),
+            Token::Build {
+                sandbox_id: "sb".into(),
+                name: "py-data.v1".into(),
+            },
         ] {
             assert_eq!(Token::parse(&t.text()).ok(), Some(t));
         }
@@ -210,6 +236,9 @@ mod tests {
             "command:sb:c:d",
             "code::ctx",
             "code:sb:../x",
+            "snapshot:",
+            "build:sb",
+            "build:sb:a/b",
         ] {
             let e = Token::parse(bad).expect_err(bad);
             assert_eq!(e.kind, Kind::Invalid, "{bad}");

@@ -1,23 +1,23 @@
 //! Capabilities OpenSandbox cannot provide. Each answers E8004 at once, without
-//! any I/O, saying what to use instead.
+//! any I/O, saying what OpenSandbox would need and what to use instead.
 
 use crate::error::{Error, unsupported};
 
 /// Why each unsupported method is missing, and what to use instead.
 fn reason(method: &str) -> &'static str {
     match method {
-        "templates.list" | "templates.get" => {
-            "OpenSandbox has no template registry; templates are image names (see ABX_OPENSANDBOX_IMAGE_ALIASES)"
-        }
-        "templates.build" => {
-            "OpenSandbox does not build images; build and push an image, then use its URI as the template"
-        }
-        "ports.domain" => "OpenSandbox has no custom domains per port; use ports.url",
-        "storage.mount" | "storage.unmount" => {
-            "volumes can only be declared when the server creates a sandbox, not mounted later"
+        "ports.domain" => {
+            "OpenSandbox serves a sandbox's ports only at the endpoints its server hands out \
+             (ports.url); a domain of your own per port would need a gateway or ingress in front \
+             of it that routes each host name to one sandbox port (per-port host routing), and \
+             OpenSandbox's API configures none. Use ports.url, or point such a gateway at the \
+             URL it answers"
         }
         "network.vpc_attach" | "network.vpc_detach" => {
-            "OpenSandbox has no VPC attachment; use ABX_OPENSANDBOX_NETWORK_POLICY for egress rules"
+            "OpenSandbox's API has no VPC attachment: a sandbox's network is its runtime's (a \
+             Docker network, the Kubernetes pod network), set up by the server's operator. What \
+             it controls per sandbox is egress: pass `network_policy` to sandbox.create, or set \
+             ABX_OPENSANDBOX_NETWORK_POLICY for every new sandbox"
         }
         _ => "not available in OpenSandbox",
     }

@@ -393,7 +393,7 @@ await check("describe() and needs() agree with provider.json", () => {
 
 const created = await check("sandbox.create", () => {
   const info = ok(
-    call(() => infra.sandboxCreate({ timeout: 300, env: [], metadata: [["via", "jco"]] })),
+    call(() => infra.sandboxCreate({ timeout: 300, env: [], metadata: [["via", "jco"]], volumes: [] })),
     "sandbox.create",
   );
   sandbox = info.sandboxId;

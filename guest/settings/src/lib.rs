@@ -6,6 +6,7 @@
 //! guest nothing else), so both sides always agree on what a variable means.
 
 mod parse;
+pub mod policy;
 
 pub use parse::{Origin, Platform, split_host_port};
 

@@ -91,29 +91,12 @@ pub(crate) fn aliases(var: &str, value: &str) -> Result<BTreeMap<String, String>
     Ok(map)
 }
 
-/// A JSON object in OpenSandbox's `networkPolicy` shape.
+/// A JSON object in OpenSandbox's `networkPolicy` shape, checked by
+/// [`crate::policy::check`].
 pub(crate) fn network_policy(var: &str, value: &str) -> Result<String, SettingError> {
     let parsed: serde_json::Value =
         serde_json::from_str(value).map_err(|e| bad(var, format!("is not valid JSON ({e})")))?;
-    let Some(obj) = parsed.as_object() else {
-        return Err(bad(
-            var,
-            "must be a JSON object like {\"defaultAction\":\"deny\",\"egress\":[...]}",
-        ));
-    };
-    if let Some(action) = obj.get("defaultAction") {
-        if !matches!(action.as_str(), Some("allow" | "deny")) {
-            return Err(bad(var, "defaultAction must be \"allow\" or \"deny\""));
-        }
-    }
-    if let Some(egress) = obj.get("egress") {
-        if !egress.is_array() {
-            return Err(bad(
-                var,
-                "egress must be a list of {\"action\",\"target\"} rules",
-            ));
-        }
-    }
+    crate::policy::check(&parsed).map_err(|e| bad(var, e))?;
     Ok(parsed.to_string())
 }
 

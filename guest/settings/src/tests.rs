@@ -206,3 +206,26 @@ fn watch_interval_is_whole_milliseconds_in_range() {
         assert!(e.message.contains("from 100 to 60000"), "{bad}: {e}");
     }
 }
+
+#[test]
+fn the_policy_setting_is_checked_like_a_request_policy() {
+    let var = "ABX_OPENSANDBOX_NETWORK_POLICY";
+    for (bad, words) in [
+        ("deny", "is not valid JSON"),
+        (r#"{"egres":[]}"#, "unknown key `egres`"),
+        (
+            r#"{"egress":[{"action":"allow"}]}"#,
+            "egress[0] needs a target",
+        ),
+        (
+            r#"{"egress":[{"action":"allow","target":"pypi.org","ports":[443]}]}"#,
+            "issue #1647",
+        ),
+    ] {
+        let e = settings(&[(var, bad)]).unwrap_err();
+        assert_eq!(e.var, var);
+        assert!(e.message.contains(words), "{bad}: {e}");
+    }
+    let ok = r#"{"egress":[{"action":"allow","target":"10.0.0.0/8","ports":[443]}]}"#;
+    assert!(settings(&[(var, ok)]).unwrap().network_policy.is_some());
+}

@@ -1,15 +1,18 @@
 //! sandbox.create: `POST /sandboxes`, then the wait until the sandbox answers.
 //! What a failed or abandoned create leaves is undone: by the label it carries
 //! while the server still answers (crate::sandbox::label), by its id after.
+//! A template names an image or a snapshot (crate::templates).
 
+use super::policy::{self, Policy};
 use super::ready::{ready_budget, wait_ready};
-use super::{info, label};
+use super::{info, label, volumes};
 use crate::bindings::abx::epp::request;
 use crate::bindings::exports::abx::epp::infra::{CreateRequest, SandboxInfo};
 use crate::config;
 use crate::error::{self, Error, Kind, Result, invalid};
 use crate::lifecycle::{CreateFailed, Lifecycle};
-use crate::models::{CreateSandboxRequest, ImageAuth, ImageSpec, PlatformSpec};
+use crate::models::{CreateSandboxRequest, ImageAuth, ImageSpec, PlatformSpec, VolumeSpec};
+use crate::templates::{self, Source};
 use crate::undo::Token;
 use opensandbox_settings::Settings;
 use std::collections::BTreeMap;
@@ -28,23 +31,16 @@ const MIN_POST_WAIT_MS: u64 = 30_000;
 /// or the DELETE of a sandbox that did not become ready).
 const MARGIN_MS: u64 = 15_000;
 
-/// The server's create body for an EPP request under `settings`; also returns the image.
-fn request(
-    req: &CreateRequest,
-    settings: &Settings,
-    label: &str,
-) -> Result<(CreateSandboxRequest, String)> {
-    let template = req.template.as_deref().unwrap_or("base");
-    let Some(image) = settings.image_for(template) else {
-        let names: Vec<&str> = std::iter::once("base")
-            .chain(settings.image_aliases.keys().map(String::as_str))
-            .collect();
-        return Err(invalid(format!(
-            "unknown template `{template}`; use one of {} or an image URI such as python:3.12-slim \
-             (more names: ABX_OPENSANDBOX_IMAGE_ALIASES)",
-            names.join(", ")
-        )));
-    };
+/// What a create asks for beyond its source, checked before anything is sent.
+struct Checked {
+    timeout: Option<u32>,
+    limits: BTreeMap<String, String>,
+    metadata: BTreeMap<String, String>,
+    volumes: Vec<VolumeSpec>,
+    policy: Option<Policy>,
+}
+
+fn check(req: &CreateRequest, settings: &Settings, label: &str) -> Result<Checked> {
     let timeout = match req.timeout.unwrap_or(DEFAULT_TIMEOUT) {
         0 => None,
         t if t < MIN_TIMEOUT => {
@@ -54,15 +50,15 @@ fn request(
         }
         t => Some(t),
     };
-    let entrypoint = match &req.entrypoint {
-        Some(ep) if ep.is_empty() || ep[0].is_empty() => {
-            return Err(invalid(
-                "`entrypoint` is empty; give the program first, e.g. [\"sleep\", \"infinity\"]",
-            ));
-        }
-        Some(ep) => ep.clone(),
-        None => settings.entrypoint_for(&image),
-    };
+    if req
+        .entrypoint
+        .as_ref()
+        .is_some_and(|ep| ep.first().is_none_or(String::is_empty))
+    {
+        return Err(invalid(
+            "`entrypoint` is empty; give the program first, e.g. [\"sleep\", \"infinity\"]",
+        ));
+    }
     let mut limits = BTreeMap::from([
         ("cpu".to_string(), "1".to_string()),
         ("memory".to_string(), "2Gi".to_string()),
@@ -75,34 +71,64 @@ fn request(
             limits.insert("memory".into(), memory.clone());
         }
     }
-    let network_policy = match &settings.network_policy {
-        Some(p) => Some(
-            serde_json::from_str(p)
-                .map_err(|e| invalid(format!("ABX_OPENSANDBOX_NETWORK_POLICY: {e}")))?,
-        ),
-        None => None,
-    };
-    let body = CreateSandboxRequest {
-        image: ImageSpec {
-            uri: image.clone(),
-            auth: settings.registry_auth.as_ref().map(|a| ImageAuth {
-                username: a.username.clone(),
-                password: a.password.clone(),
-            }),
-        },
-        entrypoint,
+    Ok(Checked {
         timeout,
-        resource_limits: limits,
-        env: req.env.iter().cloned().collect(),
+        limits,
         metadata: label::labelled(&req.metadata, label)?,
+        volumes: volumes::specs(&req.volumes)?,
+        policy: policy::of(req.network_policy.as_ref(), settings)?,
+    })
+}
+
+/// The server's create body: from an image (with the entrypoint the request
+/// or the settings give for it), or from a snapshot (the request's or the
+/// setting's entrypoint, else the server's default for a restore).
+fn body(
+    req: &CreateRequest,
+    checked: Checked,
+    source: &Source,
+    settings: &Settings,
+) -> CreateSandboxRequest {
+    let (image, snapshot_id, entrypoint) = match source {
+        Source::Image(uri) => (
+            Some(ImageSpec {
+                uri: uri.clone(),
+                auth: settings.registry_auth.as_ref().map(|a| ImageAuth {
+                    username: a.username.clone(),
+                    password: a.password.clone(),
+                }),
+            }),
+            None,
+            Some(
+                req.entrypoint
+                    .clone()
+                    .unwrap_or_else(|| settings.entrypoint_for(uri)),
+            ),
+        ),
+        Source::Snapshot { id, .. } => (
+            None,
+            Some(id.clone()),
+            req.entrypoint
+                .clone()
+                .or_else(|| settings.entrypoint.clone()),
+        ),
+    };
+    CreateSandboxRequest {
+        image,
+        snapshot_id,
+        entrypoint,
+        timeout: checked.timeout,
+        resource_limits: checked.limits,
+        env: req.env.iter().cloned().collect(),
+        metadata: checked.metadata,
         platform: settings.platform.map(|p| PlatformSpec {
             os: p.os,
             arch: p.arch,
         }),
-        network_policy,
+        network_policy: checked.policy.map(|p| p.json),
         secure_access: settings.secure_access,
-    };
-    Ok((body, image))
+        volumes: checked.volumes,
+    }
 }
 
 /// How long the create POST may wait for its answer: five minutes, or what
@@ -137,8 +163,9 @@ fn post_wait(
 }
 
 pub fn create(req: CreateRequest) -> Result<SandboxInfo> {
+    let settings = config::settings()?;
     let label = label::new();
-    let (body, image) = request(&req, config::settings()?, &label)?;
+    let checked = check(&req, settings, &label)?;
     let budget = ready_budget(req.ready_timeout)?;
     let post =
         post_wait(budget, request::time_left_ms(), req.ready_timeout.is_some()).map_err(|why| {
@@ -150,6 +177,11 @@ pub fn create(req: CreateRequest) -> Result<SandboxInfo> {
             Error::new(code, why)
         })?;
     let lifecycle = Lifecycle::new()?;
+    let source = templates::source(req.template.as_deref().unwrap_or("base"))?;
+    if let Some(policy) = &checked.policy {
+        policy.check_server(&lifecycle)?;
+    }
+    let body = body(&req, checked, &source, settings);
     // Before the server is asked: a request abandoned while it still creates
     // the sandbox (it pulls the image inside this call) is undone by finding
     // the sandbox by its label (crate::sandbox::label).
@@ -160,7 +192,7 @@ pub fn create(req: CreateRequest) -> Result<SandboxInfo> {
         Err(CreateFailed { error, may_exist }) => {
             if !may_exist {
                 pending.settled();
-                return Err(error);
+                return Err(refused(error, &source, &req));
             }
             // The label's token stays out: the host's undo finds the sandbox
             // if the server made it after all.
@@ -203,7 +235,28 @@ pub fn create(req: CreateRequest) -> Result<SandboxInfo> {
         }
     }
     let fresh = lifecycle.get(&id).unwrap_or(created);
-    info(fresh, Some(&image))
+    let image = match &source {
+        Source::Image(uri) => Some(uri.as_str()),
+        Source::Snapshot { .. } => None,
+    };
+    info(fresh, image)
+}
+
+/// The server's refusal of a create, in the request's terms: which volume,
+/// which template's snapshot.
+fn refused(e: Error, source: &Source, req: &CreateRequest) -> Error {
+    let e = volumes::explain(e, &req.volumes);
+    match source {
+        Source::Snapshot { id, name }
+            if e.upstream_code()
+                .is_some_and(|c| c.starts_with("SNAPSHOT::")) =>
+        {
+            let kind = e.kind;
+            let message = format!("template `{name}` (snapshot {id}): {}", e.message);
+            e.reworded(kind, message)
+        }
+        _ => e,
+    }
 }
 
 /// What became of a discarded sandbox, for a message.
@@ -262,13 +315,22 @@ mod tests {
         }
     }
 
-    fn body(req: &CreateRequest, s: &Settings) -> serde_json::Value {
-        serde_json::to_value(request(req, s, "l-1").unwrap().0).unwrap()
+    /// The body for a request whose template is one of the provider's.
+    fn wire(req: &CreateRequest, s: &Settings) -> serde_json::Value {
+        let image = s
+            .image_for(req.template.as_deref().unwrap_or("base"))
+            .unwrap();
+        wire_from(req, s, &Source::Image(image))
+    }
+
+    fn wire_from(req: &CreateRequest, s: &Settings, source: &Source) -> serde_json::Value {
+        let checked = check(req, s, "l-1").unwrap();
+        serde_json::to_value(body(req, checked, source, s)).unwrap()
     }
 
     #[test]
     fn defaults_match_what_the_sdk_sends() {
-        let b = body(&create(None, None), &settings(&[]));
+        let b = wire(&create(None, None), &settings(&[]));
         assert_eq!(b["image"], serde_json::json!({"uri": "python:3.12-slim"}));
         assert_eq!(
             b["entrypoint"],
@@ -302,7 +364,7 @@ mod tests {
             ("ABX_OPENSANDBOX_ENTRYPOINT", "sleep infinity"),
             ("ABX_OPENSANDBOX_IMAGE_ALIASES", "node=node:20"),
         ]);
-        let b = body(&create(Some("node"), Some(0)), &s);
+        let b = wire(&create(Some("node"), Some(0)), &s);
         assert_eq!(
             b["image"],
             serde_json::json!({"uri": "node:20", "auth": {"username": "bot", "password": "pw-123"}})
@@ -320,16 +382,74 @@ mod tests {
     #[test]
     fn code_interpreter_keeps_its_entrypoint_and_bad_input_is_refused() {
         let s = settings(&[]);
-        let b = body(&create(Some("code"), None), &s);
+        let b = wire(&create(Some("code"), None), &s);
         assert_eq!(
             b["entrypoint"],
             serde_json::json!(["/opt/code-interpreter/code-interpreter.sh"])
         );
-        assert!(request(&create(Some("nope"), None), &s, "l").is_err());
-        assert!(request(&create(None, Some(59)), &s, "l").is_err());
+        assert!(check(&create(None, Some(59)), &s, "l").is_err());
         let mut empty = create(None, None);
         empty.entrypoint = Some(vec![]);
-        assert!(request(&empty, &s, "l").is_err());
+        assert!(check(&empty, &s, "l").is_err());
+    }
+
+    #[test]
+    fn a_snapshot_is_restored_with_the_servers_entrypoint() {
+        let snapshot = Source::Snapshot {
+            id: "5c1f".into(),
+            name: "py-data".into(),
+        };
+        let b = wire_from(&create(Some("py-data"), None), &settings(&[]), &snapshot);
+        assert_eq!(b["snapshotId"], "5c1f");
+        for absent in ["image", "entrypoint"] {
+            assert!(b.get(absent).is_none(), "{absent} should be left out: {b}");
+        }
+        // One the request or the setting names is kept.
+        let s = settings(&[("ABX_OPENSANDBOX_ENTRYPOINT", "sleep infinity")]);
+        let b = wire_from(&create(Some("py-data"), None), &s, &snapshot);
+        assert_eq!(b["entrypoint"], serde_json::json!(["sleep", "infinity"]));
+    }
+
+    #[test]
+    fn volumes_and_the_requests_policy_reach_the_create_body() {
+        use crate::bindings::exports::abx::epp::infra::{
+            EgressAction, EgressRule, NetworkPolicy, Volume,
+        };
+        let s = settings(&[(
+            "ABX_OPENSANDBOX_NETWORK_POLICY",
+            r#"{"defaultAction":"allow"}"#,
+        )]);
+        let mut req = create(None, None);
+        req.volumes = vec![Volume {
+            source: "/srv/data".into(),
+            mount_path: "/data".into(),
+            read_only: true,
+            sub_path: None,
+        }];
+        req.network_policy = Some(NetworkPolicy {
+            default_action: Some(EgressAction::Deny),
+            egress: vec![EgressRule {
+                action: EgressAction::Allow,
+                target: Some("pypi.org".into()),
+                ports: vec![],
+            }],
+        });
+        let b = wire(&req, &s);
+        assert_eq!(b["volumes"][0]["host"]["path"], "/srv/data");
+        assert_eq!(b["volumes"][0]["readOnly"], true);
+        assert_eq!(
+            b["networkPolicy"],
+            serde_json::json!({"defaultAction": "deny", "egress": [{"action": "allow", "target": "pypi.org"}]})
+        );
+        // Without one, the setting's default applies.
+        assert_eq!(
+            wire(&create(None, None), &s)["networkPolicy"],
+            serde_json::json!({"defaultAction": "allow"})
+        );
+        // A bad volume is refused before anything is sent.
+        req.volumes[0].source = "data".into();
+        req.volumes[0].mount_path = "rel".into();
+        assert!(check(&req, &s, "l").is_err());
     }
 
     #[test]

@@ -11,7 +11,6 @@
 //! ending with a letter or digit. Users never see the key in a sandbox's
 //! metadata, may not set it themselves, and may still list by it.
 
-use super::list_all;
 use crate::bindings::abx::epp::request;
 use crate::error::{Error, Kind, Result, invalid};
 use crate::lifecycle::Lifecycle;
@@ -33,14 +32,21 @@ pub fn new() -> String {
     format!("{:016x}{:016x}", get_random_u64(), get_random_u64())
 }
 
-/// The metadata of a create: the user's, and the label.
-pub fn labelled(metadata: &[(String, String)], label: &str) -> Result<BTreeMap<String, String>> {
-    if metadata.iter().any(|(k, _)| k == KEY) {
+/// E1001 when a user's metadata key (set at create, set or removed later) is
+/// the label's.
+pub fn check_user_keys<'a>(mut keys: impl Iterator<Item = &'a str>) -> Result<()> {
+    if keys.any(|k| k == KEY) {
         return Err(invalid(format!(
             "metadata key `{KEY}` is the provider's own: it labels each sandbox.create so that \
              an abandoned create can be found and undone; use another key"
         )));
     }
+    Ok(())
+}
+
+/// The metadata of a create: the user's, and the label.
+pub fn labelled(metadata: &[(String, String)], label: &str) -> Result<BTreeMap<String, String>> {
+    check_user_keys(metadata.iter().map(|(k, _)| k.as_str()))?;
     let mut all: BTreeMap<String, String> = metadata.iter().cloned().collect();
     all.insert(KEY.to_string(), label.to_string());
     Ok(all)
@@ -83,7 +89,7 @@ pub fn undo_create(label: &str) -> Result<String> {
     let budget = poll_budget(request::time_left_ms());
     let deadline = monotonic_ms() + budget;
     let found = loop {
-        let found = list_all(&lifecycle, &[], &filter)?;
+        let found = lifecycle.list(&[], &filter)?;
         if !found.is_empty() || monotonic_ms() + UNDO_EVERY_MS > deadline {
             break found;
         }

@@ -1,35 +1,48 @@
-//! sandbox.lifecycle, sandbox.timeout and sandbox.pause: `create` (and the
-//! label that lets an abandoned create be undone, `label`), the wait until a
-//! sandbox answers (`ready`), and the rest of a sandbox's life here.
+//! sandbox.lifecycle, sandbox.timeout and sandbox.pause: `create` (with its
+//! `volumes` and `policy`, and the label that lets an abandoned create be
+//! undone, `label`), the wait until a sandbox answers (`ready`), pages of the
+//! list (`list`, in the order `order` keeps), `metadata`, and the rest of a
+//! sandbox's life here.
 
 mod create;
 mod label;
+mod list;
+mod metadata;
+pub mod order;
+mod policy;
 mod ready;
+mod volumes;
 
 pub use create::create;
 pub use label::undo_create;
+pub use list::list;
+pub use metadata::set_metadata;
 
-use crate::bindings::exports::abx::epp::infra::{ListRequest, SandboxInfo, SandboxPage};
+use crate::bindings::exports::abx::epp::infra::SandboxInfo;
 use crate::config;
 use crate::error::{Result, conflict, invalid};
 use crate::execd::Execd;
 use crate::lifecycle::Lifecycle;
 use crate::models::Sandbox;
+use crate::templates;
 use crate::time::{now_unix, rfc3339};
 use ready::ensure_ready;
 
-/// Converts the server's sandbox into EPP's.
+/// Converts the server's sandbox into EPP's. A sandbox made from a snapshot
+/// has no image; its template is the snapshot's name (crate::templates).
 pub fn info(sandbox: Sandbox, image_hint: Option<&str>) -> Result<SandboxInfo> {
     let settings = config::settings()?;
     let image = sandbox
         .image
         .and_then(|i| i.uri)
         .or_else(|| image_hint.map(str::to_string));
+    let template = match (&sandbox.snapshot_id, &image) {
+        (Some(snapshot), _) => templates::snapshot_name(snapshot),
+        (None, Some(image)) => settings.template_for(image),
+        (None, None) => String::new(),
+    };
     Ok(SandboxInfo {
-        template: image
-            .as_deref()
-            .map(|i| settings.template_for(i))
-            .unwrap_or_default(),
+        template,
         image,
         sandbox_id: sandbox.id,
         state: sandbox.status.state.to_ascii_lowercase(),
@@ -74,31 +87,6 @@ pub fn get_info(id: &str) -> Result<SandboxInfo> {
     info(Lifecycle::new()?.get(id)?, None)
 }
 
-pub fn list(req: ListRequest) -> Result<SandboxPage> {
-    let lifecycle = Lifecycle::new()?;
-    let states: Vec<String> = req.states.iter().map(|s| server_state(s)).collect();
-    let sandboxes = list_all(&lifecycle, &states, &req.metadata)?
-        .into_iter()
-        .map(|sandbox| info(sandbox, None))
-        .collect::<Result<Vec<_>>>()?;
-    // TODO(issue 23): limit and cursor
-    Ok(SandboxPage {
-        sandboxes,
-        next_cursor: None,
-    })
-}
-
-pub fn set_metadata(
-    _id: &str,
-    _metadata: &[(String, String)],
-    _remove: &[String],
-) -> Result<SandboxInfo> {
-    Err(crate::error::unsupported(
-        "sandbox.set_metadata",
-        "not built yet",
-    ))
-}
-
 pub fn kill(id: &str) -> Result<()> {
     let result = Lifecycle::new()?.delete(id);
     Execd::forget(id);
@@ -125,25 +113,6 @@ pub fn resume(id: &str) -> Result<SandboxInfo> {
     Execd::forget(id);
     ensure_ready(&lifecycle, id, None)?;
     info(lifecycle.get(id)?, None)
-}
-
-/// Every sandbox the server lists with these states and metadata (all pages).
-fn list_all(
-    lifecycle: &Lifecycle,
-    states: &[String],
-    metadata: &[(String, String)],
-) -> Result<Vec<Sandbox>> {
-    let mut out = Vec::new();
-    for page in 1..=10_000 {
-        let list = lifecycle.list(states, metadata, page)?;
-        let more =
-            list.pagination.as_ref().is_some_and(|p| p.has_next_page) && !list.items.is_empty();
-        out.extend(list.items);
-        if !more {
-            break;
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
