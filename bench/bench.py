@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -567,6 +568,7 @@ class Bench:
             keep = set(self.o.only.split(","))
             unknown = keep - {st.__name__ for _, st in steps}
             if unknown:
+                shutil.rmtree(self.cache_dir, ignore_errors=True)
                 sys.exit(f"bench: --only names no step {', '.join(sorted(unknown))}")
             steps = [(n, st) for n, st in steps if st.__name__ in keep]
         if not self.docker_url and any(st.__name__ in DOCKER_STEPS for _, st in steps):
@@ -618,6 +620,8 @@ class Bench:
                     self.remove_snapshot()
                 except OSError as e:
                     log(f"removing snapshot {self.snapshot['name']} failed: {e}")
+            # The compile cache and workload 12's 256 MiB source file.
+            shutil.rmtree(self.cache_dir, ignore_errors=True)
         if self.snapshot:
             self.results["docker"] = {**self.snapshot, "engine": self.engine_version(),
                                       "rounds": self.results["steps"]["snapshot_create"]["rounds"],
@@ -656,7 +660,7 @@ class Bench:
         old.setdefault("steps", {}).update(self.results["steps"])
         if "docker" in self.results:
             old["docker"] = self.results["docker"]
-        log(f"merged {', '.join(sorted(self.results['samples']))} into the samples of {self.o.out} "
+        log(f"merged {', '.join(sorted(self.results['samples'])) or 'nothing'} into the samples of {self.o.out} "
             f"({old.get('machine', {}).get('date', 'undated')})")
         return old
 

@@ -552,8 +552,8 @@ def snapshot_targets(data: dict) -> list[tuple[str, str, str, bool | None]]:
     if "epp" not in ss:
         return []
     e, r = ss["epp"], ss.get("raw", {})
-    got = (f"epp-host {snapshot_ratio(e)}: {ms(e['snapshot'])} vs {ms(e['image'])} ms p50"
-           + (f"; raw floor {snapshot_ratio(r)}" if r else ""))
+    got = (f"epp-host: {ms(e['snapshot'])} ms from the snapshot, {ms(e['image'])} ms from the image (p50); "
+           f"paired per round {snapshot_ratio(e)}" + (f"; raw floor {snapshot_ratio(r)}" if r else ""))
     return [(SNAPSHOT_ROW, "reported", got, None)]
 
 
