@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Runs the workloads for every contender against one testbed, in
-interleaved rounds, and writes the raw samples to a JSON file.
+"""Runs the workloads for every contender against one testbed (workload 16:
+the testbed's Docker tier, --docker-url), in interleaved rounds, and writes
+the raw samples to a JSON file (merged into the file's samples with --only).
 
 Started by bench/run (which builds everything and starts the testbed); see
 bench/README.md. Stdlib only. Every workload runs in a fresh driver process per
@@ -15,10 +16,12 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from datetime import datetime, timezone
 
@@ -54,6 +57,13 @@ NO_GRACE = {"EXECD_API_GRACE_SHUTDOWN": "0"}
 # The image of the shared sandboxes and of the MCP workload's create/kill cycles
 # (workload 6's drivers name the same).
 IMAGE = "python:3.12-slim"
+# Workload 16 (issue 23, Docker tier): create → ready → kill from a snapshot vs from
+# IMAGE. The snapshot is made once per run from a sandbox of IMAGE whose entrypoint
+# writes SNAPSHOT_FILE first (so a sandbox made from it is checked to hold that file),
+# and removed at the end.
+SNAPSHOT_FILE = "/epp-bench-snapshot.txt"
+# The steps that run on the Docker tier (bench/run starts it only for them).
+DOCKER_STEPS = ("snapshot_create",)
 # The MCP workload: what a model is shown for a failing command and a missing file.
 MCP_FAIL_CMD = "ls /nope"
 MCP_MISSING_PATH = "/nope"
@@ -68,7 +78,9 @@ class Bench:
         self.o = opts
         self.url = opts.url.rstrip("/")
         self.domain = self.url.split("://", 1)[1]
-        self.results: dict = {"samples": {}}
+        self.results: dict = {"samples": {}, "steps": {}}
+        self.docker_url = (opts.docker_url or "").rstrip("/")
+        self.snapshot: dict | None = None
         self.cache_dir = tempfile.mkdtemp(prefix="epp-bench-cache-")
         self.env = dict(os.environ)
         self.env.update({
@@ -81,10 +93,12 @@ class Bench:
 
     # ------------------------------------------------------------ plumbing
 
-    def api(self, method: str, path: str, body: dict | None = None) -> dict:
-        req = urllib.request.Request(self.url + path, method=method,
+    def api(self, method: str, path: str, body: dict | None = None, docker: bool = False) -> dict:
+        """A call to the local testbed's server, or to the Docker tier's (`docker`)."""
+        url, key = (self.docker_url, self.o.docker_key) if docker else (self.url, self.o.key)
+        req = urllib.request.Request(url + path, method=method,
                                      data=json.dumps(body).encode() if body is not None else None,
-                                     headers={"OPEN-SANDBOX-API-KEY": self.o.key,
+                                     headers={"OPEN-SANDBOX-API-KEY": key,
                                               "Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=120) as resp:
             data = resp.read()
@@ -99,14 +113,15 @@ class Bench:
         ep = self.api("GET", f"/v1/sandboxes/{box['id']}/endpoints/44772")
         return box["id"], ep["endpoint"]
 
-    def drive(self, contender: str, workload: str, args: dict) -> dict:
-        """One workload in a fresh driver process; its JSON result."""
+    def drive(self, contender: str, workload: str, args: dict, env: dict | None = None) -> dict:
+        """One workload in a fresh driver process; its JSON result. `env` is laid
+        over the drivers' environment (the Docker tier's server for workload 16)."""
         if contender == "raw":
             argv = [self.o.raw, workload] + [f"{k}={v}" for k, v in args.items()]
         else:
             python = sys.executable if contender == "epp" else self.o.sdk_python
             argv = [python, os.path.join(HERE, "drivers", f"{contender}.py"), workload, json.dumps(args)]
-        return self.spawn(f"{contender} {workload}", argv)
+        return self.spawn(f"{contender} {workload}", argv, env)
 
     def drive_mcp(self, contender: str, workload: str, args: dict) -> dict:
         """The MCP workload: one MCP server (`epp` or `osmcp`) driven by drivers/mcp.py
@@ -114,8 +129,8 @@ class Bench:
         argv = [self.o.mcp_python, os.path.join(HERE, "drivers", "mcp.py"), contender, workload, json.dumps(args)]
         return self.spawn(f"mcp {contender} {workload}", argv)
 
-    def spawn(self, what: str, argv: list[str]) -> dict:
-        out = subprocess.run(argv, env=self.env, capture_output=True, timeout=600)
+    def spawn(self, what: str, argv: list[str], env: dict | None = None) -> dict:
+        out = subprocess.run(argv, env={**self.env, **(env or {})}, capture_output=True, timeout=600)
         if out.returncode != 0:
             raise RuntimeError(f"{what} failed (exit {out.returncode}):\n"
                                f"{out.stderr.decode(errors='replace')[-3000:]}")
@@ -232,10 +247,11 @@ class Bench:
                 sample.update(stream_write_mib_s=mib / r["stream_write_s"],
                               stream_read_mib_s=mib / r["stream_read_s"], stream_notes=r["stream_notes"])
             self.record("files", c, sample)
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+            for left in (path, path + ".streamed"):  # epp-host's driver also writes the latter
+                try:
+                    os.unlink(left)
+                except OSError:
+                    pass
 
     def concurrent(self, rnd: int) -> None:
         for c in self.order(rnd):
@@ -384,6 +400,111 @@ class Bench:
             r = self.drive_mcp(c, "errors", a)
             self.record("mcp_errors", c, {k: r[k] for k in ("failed_command", "missing_file")})
 
+    # ------------------------------------------------------------ issue 23: snapshots (Docker tier)
+
+    def docker_env(self) -> dict:
+        """The drivers' settings for the Docker tier's server (epp-host, SDK)."""
+        domain = self.docker_url.split("://", 1)[1]
+        return {"ABX_OPENSANDBOX_BASE_URL": self.docker_url, "ABX_OPENSANDBOX_API_KEY": self.o.docker_key,
+                "OPEN_SANDBOX_DOMAIN": domain, "OPEN_SANDBOX_API_KEY": self.o.docker_key}
+
+    def docker_wait_ping(self, box: str, deadline_s: float = 60) -> str:
+        """Waits until execd of a Docker-tier sandbox answers /ping; its endpoint."""
+        ep = self.api("GET", f"/v1/sandboxes/{box}/endpoints/44772", docker=True)["endpoint"]
+        deadline = time.monotonic() + deadline_s
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://{ep}/ping", timeout=5) as resp:
+                    if resp.status == 200:
+                        return ep
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.2)
+
+    def docker_image_bytes(self, ref: str) -> int | None:
+        """The size docker reports for an image of the Docker tier's engine, if known."""
+        if not self.o.docker_host:
+            return None
+        try:
+            out = subprocess.run(["docker", "-H", self.o.docker_host, "image", "inspect", "--format",
+                                  "{{.Size}}", ref], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return int(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip().isdigit() else None
+
+    def make_snapshot(self) -> None:
+        """Workload 16's snapshot, made once through the server's API (not timed): a
+        sandbox of IMAGE writes SNAPSHOT_FILE, is snapshotted (`docker commit`) and
+        deleted; one sandbox made from the snapshot must hold that file. The first
+        create of a Docker-tier run also fetches execd's archive, so this warms up."""
+        name = f"epp-bench-{os.getpid()}"
+        content = f"made by bench.py for snapshot {name}"
+        t0 = time.perf_counter()
+        box = self.api("POST", "/v1/sandboxes", {
+            "image": {"uri": IMAGE}, "timeout": 600, "resourceLimits": {"cpu": "1", "memory": "2Gi"},
+            "entrypoint": ["sh", "-c", f"echo '{content}' > {SNAPSHOT_FILE} && exec tail -f /dev/null"],
+            "metadata": {"bench": "snapshot-source"}}, docker=True)["id"]
+        try:
+            self.docker_wait_ping(box)
+            t = time.perf_counter()
+            snap = self.api("POST", f"/v1/sandboxes/{box}/snapshots", {"name": name}, docker=True)
+            self.snapshot = {"id": snap["id"], "name": name}
+            deadline = time.monotonic() + 120
+            while snap["status"]["state"] != "Ready":
+                if snap["status"]["state"] not in ("Creating", "Pending") or time.monotonic() > deadline:
+                    raise RuntimeError(f"snapshot {snap['id']} did not become ready: {snap['status']}")
+                time.sleep(0.2)
+                snap = self.api("GET", f"/v1/snapshots/{snap['id']}", docker=True)
+            build_s = time.perf_counter() - t
+        finally:
+            self.api("DELETE", f"/v1/sandboxes/{box}", docker=True)
+        check = self.api("POST", "/v1/sandboxes", {
+            "snapshotId": self.snapshot["id"], "timeout": 600, "resourceLimits": {"cpu": "1", "memory": "2Gi"},
+            "metadata": {"bench": "snapshot-check"}}, docker=True)["id"]
+        try:
+            ep = self.docker_wait_ping(check)
+            with urllib.request.urlopen(f"http://{ep}/files/download?path={SNAPSHOT_FILE}", timeout=30) as resp:
+                got = resp.read().decode().strip()
+        finally:
+            self.api("DELETE", f"/v1/sandboxes/{check}", docker=True)
+        if got != content:
+            raise RuntimeError(f"a sandbox made from snapshot {name} has {got!r} in {SNAPSHOT_FILE}, not {content!r}")
+        self.snapshot.update(build_s=build_s, setup_s=time.perf_counter() - t0, file_checked=True,
+                             image_bytes=self.docker_image_bytes(IMAGE),
+                             snapshot_bytes=self.docker_image_bytes(f"opensandbox-snapshots:{self.snapshot['id']}"))
+        log(f"snapshot {name} ({self.snapshot['id']}) ready in {build_s:.1f} s; {SNAPSHOT_FILE} found in a sandbox "
+            f"made from it")
+
+    def remove_snapshot(self) -> None:
+        """Deletes workload 16's snapshot (and with it its image) and checks it is gone."""
+        if not self.snapshot:
+            return
+        sid = self.snapshot["id"]
+        self.api("DELETE", f"/v1/snapshots/{sid}", docker=True)
+        try:
+            self.api("GET", f"/v1/snapshots/{sid}", docker=True)
+            gone = False
+        except urllib.error.HTTPError as e:
+            gone = e.code == 404
+        self.snapshot["removed"] = gone
+        if self.o.docker_host:
+            self.snapshot["image_removed"] = self.docker_image_bytes(f"opensandbox-snapshots:{sid}") is None
+        log(f"snapshot {self.snapshot['name']} removed" + ("" if gone else " (but the server still lists it)"))
+
+    def snapshot_create(self, rnd: int) -> None:
+        """W16 (Docker tier): create → ready → kill from the snapshot and from IMAGE,
+        alternating within each driver process (which kind goes first alternates per
+        round); epp-host `sandbox.create {template: NAME}` / the default template, the
+        SDK `Sandbox.create(snapshot_id=ID)` / `Sandbox.create(IMAGE)`, raw the provider's
+        HTTP calls."""
+        for c in self.order(rnd):
+            a = {"n": self.o.cycles, "first": ("image", "snapshot")[rnd % 2], "image": IMAGE,
+                 "server": self.docker_url.split("://", 1)[1], "key": self.o.docker_key,
+                 "snapshot": self.snapshot["name"], "snapshot_id": self.snapshot["id"]}
+            r = self.drive(c, "snapshot_cycle", a, env=self.docker_env())
+            self.record("snapshot_cycle", c, {"image_us": r["image_us"], "snapshot_us": r["snapshot_us"]})
+
     # ------------------------------------------------------------ the run
 
     def machine(self) -> dict:
@@ -431,14 +552,6 @@ class Bench:
             "code_expr": CODE_EXPR, "code_print_bytes": CODE_PRINT_BYTES,
             "image": IMAGE, "mcp_fail_cmd": MCP_FAIL_CMD, "mcp_missing_path": MCP_MISSING_PATH,
         }
-        log("creating the shared sandboxes")
-        made = [self.create_sandbox(NO_GRACE) for _ in range(8)]
-        self.box = [b for b, _ in made]
-        self.endpoint = [e for _, e in made]
-        self.grace_box, self.grace_endpoint = self.create_sandbox({})
-        self.code_box, self.code_endpoint = self.create_code_sandbox()
-        # Fill the compile cache once (not timed): "warm" means a cache hit.
-        self.drive("epp", "idle", {"settle_s": 0})
         steps = [("cold start", self.cold_start), ("idle memory", self.idle),
                  ("commands.run round trip", self.run_true), ("streaming", self.stream),
                  ("files", self.files), ("concurrency", self.concurrent),
@@ -450,30 +563,107 @@ class Bench:
                  ("MCP servers: tools/list, idle memory", self.mcp_list),
                  ("MCP servers: commands_run round trip", self.mcp_run),
                  ("MCP servers: create/kill cycle", self.mcp_cycle),
-                 ("MCP servers: what a failed call shows", self.mcp_errors)]
+                 ("MCP servers: what a failed call shows", self.mcp_errors),
+                 ("Docker tier: create from a snapshot vs from the image", self.snapshot_create)]
         if self.o.only:
             keep = set(self.o.only.split(","))
+            unknown = keep - {st.__name__ for _, st in steps}
+            if unknown:
+                shutil.rmtree(self.cache_dir, ignore_errors=True)
+                sys.exit(f"bench: --only names no step {', '.join(sorted(unknown))}")
             steps = [(n, st) for n, st in steps if st.__name__ in keep]
+        if not self.docker_url and any(st.__name__ in DOCKER_STEPS for _, st in steps):
+            log("no --docker-url: skipping " + ", ".join(DOCKER_STEPS) + " (the Docker tier's workloads)")
+            steps = [(n, st) for n, st in steps if st.__name__ not in DOCKER_STEPS]
+        names = {st.__name__ for _, st in steps}
+        self.box, self.endpoint, extra = [], [], []
         try:
+            # The local tier's shared sandboxes, when a selected step uses them.
+            if names - set(DOCKER_STEPS):
+                log("creating the shared sandboxes")
+                made = [self.create_sandbox(NO_GRACE) for _ in range(8)]
+                self.box = [b for b, _ in made]
+                self.endpoint = [e for _, e in made]
+                self.grace_box, self.grace_endpoint = self.create_sandbox({})
+                extra.append(self.grace_box)
+            if names & {"code_run", "code_stream"}:
+                self.code_box, self.code_endpoint = self.create_code_sandbox()
+                extra.append(self.code_box)
+            if "snapshot_create" in names:
+                log("Docker tier: making the snapshot of workload 16")
+                self.make_snapshot()
+            # Fill the compile cache once (not timed): "warm" means a cache hit.
+            self.drive("epp", "idle", {"settle_s": 0})
             for rnd in range(self.o.rounds):
                 for name, step in steps:
-                    if step in (self.cycle, self.run_true_grace, self.mcp_cycle) and rnd >= self.o.short_rounds:
+                    if (step in (self.cycle, self.run_true_grace, self.mcp_cycle, self.snapshot_create)
+                            and rnd >= self.o.short_rounds):
                         continue
                     if step == self.mcp_errors and rnd > 0:
                         continue
                     log(f"round {rnd + 1}/{self.o.rounds}: {name}")
+                    meta = self.results["steps"].setdefault(step.__name__, {
+                        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                        "load_before": os.getloadavg(), "rounds": 0, "seconds": 0.0})
+                    t = time.perf_counter()
                     step(rnd)
+                    meta["seconds"] = round(meta["seconds"] + time.perf_counter() - t, 1)
+                    meta["rounds"] += 1
+                    meta["load_after"] = os.getloadavg()
         finally:
-            for b in self.box + [self.grace_box, self.code_box]:
+            for b in self.box + extra:
                 try:
                     self.api("DELETE", f"/v1/sandboxes/{b}")
                 except OSError:
                     pass
+            if self.snapshot:
+                try:
+                    self.remove_snapshot()
+                except OSError as e:
+                    log(f"removing snapshot {self.snapshot['name']} failed: {e}")
+            # The compile cache and workload 12's 256 MiB source file.
+            shutil.rmtree(self.cache_dir, ignore_errors=True)
+        if self.snapshot:
+            self.results["docker"] = {**self.snapshot, "engine": self.engine_version(),
+                                      "rounds": self.results["steps"]["snapshot_create"]["rounds"],
+                                      "cycles": self.o.cycles, "image": IMAGE}
         self.results["machine"]["load_after"] = os.getloadavg()
         self.results["duration_s"] = round(time.time() - started)
+        out = self.merged() if self.o.only else self.results
         with open(self.o.out, "w") as f:
-            json.dump(self.results, f)
+            json.dump(out, f)
         log(f"samples written to {self.o.out} ({self.results['duration_s']} s)")
+
+    def engine_version(self) -> str:
+        if not self.o.docker_host:
+            return ""
+        try:
+            out = subprocess.run(["docker", "-H", self.o.docker_host, "version", "--format", "{{.Server.Version}}"],
+                                 capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return ""
+        return out.stdout.strip()
+
+    def merged(self) -> dict:
+        """A run of some steps (--only) goes into the samples already in --out: each
+        workload it measured replaces that workload's samples there, the rest (and the
+        other run's machine, config and duration, which the report's header shows) stay.
+        Without a readable file there, this run's samples alone."""
+        try:
+            with open(self.o.out) as f:
+                old = json.load(f)
+            if not isinstance(old.get("samples"), dict):
+                raise ValueError("no samples")
+        except (OSError, ValueError) as e:
+            log(f"nothing to merge into in {self.o.out} ({e}): writing this run's samples alone")
+            return self.results
+        old["samples"].update(self.results["samples"])
+        old.setdefault("steps", {}).update(self.results["steps"])
+        if "docker" in self.results:
+            old["docker"] = self.results["docker"]
+        log(f"merged {', '.join(sorted(self.results['samples'])) or 'nothing'} into the samples of {self.o.out} "
+            f"({old.get('machine', {}).get('date', 'undated')})")
+        return old
 
 
 def main() -> None:
@@ -490,18 +680,23 @@ def main() -> None:
     p.add_argument("--out", required=True, help="where the samples go (JSON)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--short-rounds", type=int, default=3,
-                   help="rounds of the slow workloads (6, W2 with grace, MCP create/kill)")
+                   help="rounds of the slow workloads (6, W2 with grace, MCP create/kill, 16)")
     p.add_argument("--calls", type=int, default=200, help="workloads 2, 8, 9, MCP: timed calls per round")
     p.add_argument("--batches", type=int, default=3, help="workload 5: timed batches of 64 per round")
-    p.add_argument("--cycles", type=int, default=2, help="workloads 6, MCP: create/kill cycles per round")
+    p.add_argument("--cycles", type=int, default=2,
+                   help="workloads 6, MCP: create/kill cycles per round; 16: of each kind per round")
     p.add_argument("--reps-start", type=int, default=8, help="workload 1: warm starts per round")
     p.add_argument("--watch-writes", type=int, default=20, help="workload 10: timed writes per round")
     p.add_argument("--watch-idle", type=float, default=6.0,
                    help="workload 10: seconds an idle watch's requests are counted (short rounds)")
     p.add_argument("--only", default="", help="comma list of steps (cold_start, idle, run_true, stream, files, "
                    "concurrent, cycle, run_true_grace, session_run, stdin_round_trip, watch, files_many, transfer, "
-                   "code_run, code_stream, mcp_list, mcp_run, mcp_cycle, mcp_errors); "
-                   "the report needs all of them")
+                   "code_run, code_stream, mcp_list, mcp_run, mcp_cycle, mcp_errors, snapshot_create); "
+                   "their samples are merged into those already in --out")
+    p.add_argument("--docker-url", default="", help="the Docker tier's base URL (workload 16, snapshot_create; "
+                   "without it that step is skipped)")
+    p.add_argument("--docker-key", default="", help="its API key")
+    p.add_argument("--docker-host", default="", help="its engine (unix://…), for `docker image inspect` sizes")
     Bench(p.parse_args()).main()
 
 

@@ -511,6 +511,179 @@ each result: its `isError` and its text content, verbatim, cut at {QUOTE_CHARS} 
 {mcp_error_quotes(ms_)}"""
 
 
+# ---------------------------------------------------------------- issue 23: create from a snapshot
+
+# Workload 16's headline label (a partial report finds its row by this start) and the
+# markers around its section (a partial report replaces what lies between them).
+SNAPSHOT_ROW = "16. create → ready → kill from a snapshot, over the same from the image (Docker tier)"
+SNAPSHOT_BEGIN = "<!-- bench: workload 16 (snapshot_create) begins; bench/run --only snapshot_create redoes it -->"
+SNAPSHOT_END = "<!-- bench: workload 16 ends -->"
+
+
+def snapshot_stats(samples: dict) -> dict:
+    """Workload 16 per contender: each kind's cycles pooled, and per round (for paired
+    ratios: within a round one driver process ran both kinds, alternating)."""
+    out: dict = {}
+    for c, rounds in samples.get("snapshot_cycle", {}).items():
+        m: dict = {"rounds": {}}
+        for kind in ("image", "snapshot"):
+            pooled = [x for r in rounds for x in r[f"{kind}_us"]]
+            m.update({kind: median(pooled), f"{kind}_min": min(pooled), f"{kind}_max": max(pooled),
+                      f"{kind}_n": len(pooled)})
+            m["rounds"][kind] = [median(r[f"{kind}_us"]) for r in rounds]
+        m["rounds"]["ratio"] = [sn / im for sn, im in zip(m["rounds"]["snapshot"], m["rounds"]["image"]) if im]
+        m["ratio"] = median(m["rounds"]["ratio"])
+        m["ratio_lo"], m["ratio_hi"] = min(m["rounds"]["ratio"]), max(m["rounds"]["ratio"])
+        out[c] = m
+    return out
+
+
+def snapshot_ratio(d: dict) -> str:
+    """A contender's snapshot / image ratio: median over rounds (lowest–highest round)."""
+    if "ratio" not in d:
+        return "–"
+    return f"{d['ratio']:.2f}× ({d['ratio_lo']:.2f}–{d['ratio_hi']:.2f})" if d["ratio_lo"] != d["ratio_hi"] \
+        else f"{d['ratio']:.2f}×"
+
+
+def snapshot_targets(data: dict) -> list[tuple[str, str, str, bool | None]]:
+    """Workload 16's headline row (reported, no target): epp-host's and the floor's ratio."""
+    ss = snapshot_stats(data["samples"])
+    if "epp" not in ss:
+        return []
+    e, r = ss["epp"], ss.get("raw", {})
+    got = (f"epp-host: {ms(e['snapshot'])} ms from the snapshot, {ms(e['image'])} ms from the image (p50); "
+           f"paired per round {snapshot_ratio(e)}" + (f"; raw floor {snapshot_ratio(r)}" if r else ""))
+    return [(SNAPSHOT_ROW, "reported", got, None)]
+
+
+def snapshot_section(data: dict) -> str:
+    """Workload 16 (issue 23): create → ready → kill from a snapshot vs from the image, on
+    the Docker tier; between markers, so that a run of this step alone can replace it."""
+    ss = snapshot_stats(data["samples"])
+    if not ss:
+        return ""
+    d, meta = data.get("docker", {}), data.get("steps", {}).get("snapshot_create", {})
+    image = d.get("image", "python:3.12-slim")
+    get = lambda c, k, show: show(ss[c][k]) if k in ss.get(c, {}) else "–"  # noqa: E731
+    span = lambda c, k: f"{ms(ss[c][k + '_min'])}–{ms(ss[c][k + '_max'])}" if c in ss else "–"  # noqa: E731
+    def vs(metric: str, other: str) -> str:
+        mid, lo, hi = files_paired(ss, metric, "epp", other)
+        return "–" if math.isnan(mid) else f"{mid:.2f}× ({lo:.2f}–{hi:.2f})" if lo != hi else f"{mid:.2f}×"
+
+    rows = [
+        [f"from the image `{image}`, p50 (ms)"] + [get(c, "image", ms) for c in NAMES]
+        + [vs("image", "sdk"), vs("image", "raw")],
+        ["the same, min–max (ms)"] + [span(c, "image") for c in NAMES] + ["–", "–"],
+        ["from the snapshot, p50 (ms)"] + [get(c, "snapshot", ms) for c in NAMES]
+        + [vs("snapshot", "sdk"), vs("snapshot", "raw")],
+        ["the same, min–max (ms)"] + [span(c, "snapshot") for c in NAMES] + ["–", "–"],
+        ["**snapshot / image**, paired per round"] + [snapshot_ratio(ss.get(c, {})) for c in NAMES] + ["–", "–"],
+        ["cycles of each kind"] + [get(c, "image_n", str) for c in NAMES] + ["–", "–"],
+    ]
+    text = table(["16. create → ready → kill", "epp-host", "Python SDK", "raw floor", "epp / SDK", "epp / raw"],
+                 rows)
+    load = meta.get("load_before"), meta.get("load_after")
+    when = (f"Measured {meta['date']}, {d.get('rounds', meta.get('rounds', '?'))} round(s) of {d.get('cycles', '?')} "
+            f"cycle(s) of each kind per contender, {meta.get('seconds', 0):.0f} s in all; load average "
+            f"{load[0][0]:.2f} before and {load[1][0]:.2f} after" if meta and load[1] else "Measured in the run above")
+    sizes = ""
+    if d.get("image_bytes") and d.get("snapshot_bytes"):
+        sizes = (f"; docker reports {d['snapshot_bytes']:,} bytes for its image and {d['image_bytes']:,} "
+                 f"for `{image}`")
+    removed = {True: "removed at the end (the server then answers 404 for it"
+                     + (" and its image is gone from the engine)" if d.get("image_removed") else ")"),
+               False: "**not** removed at the end: the server still lists it"}.get(d.get("removed"), "removed at the end")
+    built = f"{d['build_s']:.1f} s" if "build_s" in d else "–"
+    within = [NAMES[c] for c in NAMES if c in ss and ss[c]["ratio_lo"] <= 1 <= ss[c]["ratio_hi"]]
+    outside = [f"{NAMES[c]} ({snapshot_ratio(ss[c])})" for c in NAMES if c in ss and NAMES[c] not in within]
+    verdict_text = ("In this run every contender's range over rounds includes 1.00×." if not outside else
+                    f"In this run the range over rounds excludes 1.00× for {', '.join(outside)}"
+                    + (f" and includes it for {', '.join(within)}." if within else "."))
+    return f"""{SNAPSHOT_BEGIN}
+## Create from a snapshot (Docker tier)
+
+Issue 23: `sandbox.create {{template: NAME}}` where NAME is a snapshot (`templates.build`),
+against the same create from the image, on the testbed's **Docker tier** (`testbed start
+--docker`: the unpatched `opensandbox-server` 1.1.1 with its own `DockerSandboxService`, on a
+dockerd {d.get('engine') or ''} the testbed starts; real containers). {when}.
+
+{text}
+
+- **What a snapshot create is here.** The snapshot is a `docker commit` of a sandbox's
+  container, kept as the image `opensandbox-snapshots:<id>`. `POST /v1/sandboxes
+  {{snapshotId}}` looks the snapshot up in the server's store and turns the request into an
+  image create from that committed image (opensandbox-server's `snapshot_restore.py`), with
+  `tail -f /dev/null` as entrypoint when none is given; the rest (container create, execd's
+  archive copied in, start, port published, execd answering) is the image create's path.
+  So a snapshot create should cost about what an image create costs, for every client; what
+  the provider adds shows as the gap between epp-host's ratio and the raw floor's, which
+  makes the same calls. {verdict_text}
+- **Cycle**: the time from the create request to the kill's answer, as workload 6 on the
+  local tier, for each kind in turn inside one fresh driver process per round and contender
+  (which kind goes first alternates by cycle and by round; the contenders' order rotates by
+  round). The ratio is each contender's median from-snapshot cycle over its median
+  from-image cycle within a round, median over rounds (lowest–highest round).
+- **epp-host**: `sandbox.create {{template: NAME, metadata}}` and `sandbox.create
+  {{metadata}}` (the default template `base`, `{image}`), each then `sandbox.kill`; the
+  provider looks the name up (`GET /snapshots?name=NAME`) on each create, then `POST
+  /sandboxes` (`snapshotId`, no entrypoint / `image` with `tail -f /dev/null`), the execd
+  endpoint, `/ping` every 200 ms until it answers, the sandbox's info, and for the kill
+  `DELETE`. The driver checks each answer: `template` NAME and `image` null from the
+  snapshot, `image` `{image}` from the image.
+- **raw floor**: exactly those HTTP calls with those bodies (`bench/raw`, `snapshot_cycle`),
+  a refused connection to execd counting as not answering yet.
+- **Python SDK** (`opensandbox==1.1.1`): it can create from a snapshot, by id:
+  `Sandbox.create(snapshot_id=ID, …)` against `Sandbox.create("{image}", …)`, each then
+  `kill()`. It has no lookup by name in `create`, so it is handed the id and its cycles
+  lack the `GET /snapshots?name=` the other two make. It sends `tail -f /dev/null` as
+  entrypoint in both, resolves execd's and the egress port's endpoints and polls execd's
+  `/ping` every 200 ms.
+- **The snapshot**: made once before the rounds through the server's API, not timed: a
+  sandbox of `{image}` whose entrypoint wrote a file, `POST /sandboxes/{{id}}/snapshots`,
+  ready after {built}{sizes}; a sandbox created from it was checked to hold that file; it
+  was {removed}.
+- **What this does not show.** Both images are on the engine already (nothing is pulled on
+  this tier), and both are tiny: the testbed's images hold links into the host's `/usr`,
+  which every sandbox binds read-only, so the committed layer is the sandbox's few changed
+  files. A snapshot of a sandbox that installed a lot, or an image create that must pull
+  first, costs what moving those bytes costs; neither is measured here.
+- **Reproduce** this section alone: `bench/run --only snapshot_create` (root: it starts the
+  Docker tier, under `/tmp/epp-docker.lock`); `--short-rounds` and `--cycles` set its size.
+{SNAPSHOT_END}
+"""
+
+
+def splice(md: str, data: dict) -> str:
+    """A report of a run of some steps only (`bench/run --only …`): the sections those
+    steps feed (today workload 16's) replace theirs in the existing BENCHMARKS.md, and
+    their headline row replaces its own; everything else is left as it is."""
+    section = snapshot_section(data)
+    if not section:
+        raise SystemExit("report: these samples hold neither every workload (a full report) nor "
+                         "workload 16's; nothing to write")
+    if SNAPSHOT_BEGIN in md and SNAPSHOT_END in md:
+        head, rest = md.split(SNAPSHOT_BEGIN, 1)
+        md = head + section.rstrip("\n") + rest.split(SNAPSHOT_END, 1)[1]
+    else:
+        at = md.find("## What was measured, and how")
+        at = at if at >= 0 else len(md)
+        md = md[:at] + section + "\n" + md[at:]
+    lines = md.split("\n")
+    if "## Headline: targets" not in lines:
+        return md
+    start = lines.index("## Headline: targets") + 1
+    while start < len(lines) and not lines[start].startswith(("|", "## ")):
+        start += 1
+    end = start
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    old = [ln for ln in lines[start:end] if not ln.startswith(f"| {SNAPSHOT_ROW} |")]
+    new = ["| " + " | ".join([name, want, got, verdict(ok)]) + " |" for name, want, got, ok in snapshot_targets(data)]
+    lines[start:end] = old + new if old else old
+    return "\n".join(lines)
+
+
 def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
@@ -533,7 +706,8 @@ def render(data: dict, chart_name: str) -> str:
     w("## Headline: targets\n")
     w(table(["target", "wanted", "measured", ""],
             [[name, want, got, verdict(ok)]
-             for name, want, got, ok in targets(st, m) + files_targets(st, data) + mcp_targets(st)]))
+             for name, want, got, ok in targets(st, m) + files_targets(st, data) + mcp_targets(st)
+             + snapshot_targets(data)]))
     w("")
     w("Ratios are epp-host's time over the other's (lower is better) for latencies and memory, "
       "and epp-host's throughput over the other's (higher is better) for MiB/s. Each ratio is "
@@ -641,6 +815,8 @@ def render(data: dict, chart_name: str) -> str:
 
     w(mcp_section(data))
 
+    w(snapshot_section(data))
+
     w("## What was measured, and how\n")
     w(f"""- **Contenders**, all on the same testbed (the real `opensandbox-server` 1.1.1 with the
   execd stand-in, both release builds) and the same sandboxes and commands:
@@ -733,16 +909,32 @@ def render(data: dict, chart_name: str) -> str:
     return "\n".join(out)
 
 
+# What the full report (its tables and the chart) is made of; samples without all of them
+# (a run of some steps only, with nothing to merge into) give a partial report.
+FULL = ("cold_start", "idle", "run", "run_grace", "stream", "files", "pipe_floor", "concurrent", "cycle",
+        "session", "stdin", "watch")
+
+
 def main() -> None:
     samples, md_path, svg_path = sys.argv[1:4]
     with open(samples) as f:
         data = json.load(f)
+    missing = [k for k in FULL if k not in data["samples"]]
+    if missing:
+        with open(md_path) as f:
+            md = f.read()
+        with open(md_path, "w") as f:
+            f.write(splice(md, data))
+        print(f"report: {samples} lacks {', '.join(missing)}: only workload 16's section and headline row "
+              f"were rewritten in {md_path}; the rest of it and the chart are as they were", file=sys.stderr)
+        return
     rel = os.path.relpath(svg_path, os.path.dirname(os.path.abspath(md_path)))
     with open(md_path, "w") as f:
         f.write(render(data, rel))
     st = Stats(data["samples"])
     with open(svg_path, "w") as f:
         f.write(chart.svg(st, data))
+    print(f"report: wrote {md_path} and {svg_path}", file=sys.stderr)
 
 
 if __name__ == "__main__":

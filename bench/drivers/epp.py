@@ -279,6 +279,34 @@ def w_cycle(host: Host, a: dict) -> dict:
     return {"cycle_us": times}
 
 
+def cycle_order(a: dict, i: int) -> tuple[str, str]:
+    """W16: which kind goes first in pair `i` (alternating, from `first`)."""
+    kinds = ("image", "snapshot") if a["first"] == "image" else ("snapshot", "image")
+    return kinds if i % 2 == 0 else kinds[::-1]
+
+
+def w_snapshot_cycle(host: Host, a: dict) -> dict:
+    """W16 (Docker tier): `sandbox.create {template: SNAPSHOT}` vs the default template
+    (`base`, the image), each followed by `sandbox.kill`; `n` of each, alternating."""
+    host.call("epp.hello", {})
+    times = {"image": [], "snapshot": []}
+    for i in range(a["n"]):
+        for kind in cycle_order(a, i):
+            params = {"metadata": {"bench": "snapshot-cycle"}}
+            if kind == "snapshot":
+                params["template"] = a["snapshot"]
+            t = ns()
+            info = host.call("sandbox.create", params)
+            host.call("sandbox.kill", {"sandbox_id": info["sandbox_id"]})
+            times[kind].append((ns() - t) // 1000)
+            ok = (info["template"] == a["snapshot"] and info["image"] is None if kind == "snapshot"
+                  else info["image"] == a["image"])
+            if not ok:
+                raise RuntimeError(f"a {kind} create answered template {info['template']!r}, "
+                                   f"image {info['image']!r}")
+    return {"image_us": times["image"], "snapshot_us": times["snapshot"]}
+
+
 def w_session(host: Host, a: dict) -> dict:
     """`sessions.run "true"` in one session (created and closed outside the timing)."""
     box = a["sandbox"]
@@ -568,7 +596,7 @@ def w_code_stream(host: Host, a: dict) -> dict:
 WORKLOADS = {"idle": w_idle, "run": w_run, "stream": w_stream, "files": w_files, "files_stream": w_files_stream,
              "concurrent": w_concurrent, "cycle": w_cycle, "session": w_session, "stdin": w_stdin,
              "watch": w_watch, "files_many": w_files_many, "transfer": w_transfer,
-             "code": w_code, "code_stream": w_code_stream}
+             "code": w_code, "code_stream": w_code_stream, "snapshot_cycle": w_snapshot_cycle}
 
 
 def main() -> None:

@@ -116,6 +116,24 @@ async def w_cycle(a: dict) -> dict:
     return {"cycle_us": times}
 
 
+async def w_snapshot_cycle(a: dict) -> dict:
+    """W16 (Docker tier): `Sandbox.create(snapshot_id=ID)` vs `Sandbox.create(IMAGE)`, each
+    followed by `kill`; `n` of each, alternating. The SDK takes a snapshot's id (it has no
+    lookup by name in `create`), so it is handed the id."""
+    times = {"image": [], "snapshot": []}
+    kinds = ("image", "snapshot") if a["first"] == "image" else ("snapshot", "image")
+    for i in range(a["n"]):
+        for kind in (kinds if i % 2 == 0 else kinds[::-1]):
+            source = {"snapshot_id": a["snapshot_id"]} if kind == "snapshot" else {"image": a["image"]}
+            t = ns()
+            sandbox = await Sandbox.create(**source, metadata={"bench": "snapshot-cycle"},
+                                           timeout=timedelta(minutes=5), connection_config=config())
+            await sandbox.kill()
+            times[kind].append((ns() - t) // 1000)
+            await sandbox.close()
+    return {"image_us": times["image"], "snapshot_us": times["snapshot"]}
+
+
 async def w_session(a: dict) -> dict:
     """`run_in_session(sid, "true")`, the session created and deleted outside the timing."""
     sandbox = await Sandbox.connect(a["sandbox"], connection_config=config())
@@ -182,7 +200,7 @@ async def w_code(a: dict) -> dict:
 
 WORKLOADS = {"idle": w_idle, "run": w_run, "stream": w_stream, "files": w_files,
              "concurrent": w_concurrent, "cycle": w_cycle, "session": w_session,
-             "files_many": w_files_many, "code": w_code}
+             "files_many": w_files_many, "code": w_code, "snapshot_cycle": w_snapshot_cycle}
 
 
 def main() -> None:

@@ -28,6 +28,10 @@ fn main() {
         "files" => files(&get("endpoint"), &get("path"), num("size", 32 << 20)),
         "concurrent" => concurrent(&get("endpoints"), num("n", 64), num("batches", 3), num("drain", 1) == 1),
         "cycle" => cycle(&get("server"), &get("key"), num("n", 3)),
+        "snapshot_cycle" => {
+            let source = (get("image"), get("snapshot"));
+            snapshot_cycle(&get("server"), &get("key"), num("n", 2), &get("first"), &source.0, &source.1)
+        }
         "code" => code(&get("endpoint"), &get("code"), num("n", 200), num("warmup", 20)),
         "code_stream" => code_stream(&get("endpoint"), &get("code")),
         "idle" => Ok(String::new()),
@@ -509,4 +513,94 @@ fn cycle(server: &str, key: &str, n: usize) -> io::Result<String> {
         times.push(t.elapsed().as_micros() as u64);
     }
     Ok(format!("\"cycle_us\":{}", list(&times)))
+}
+
+/// Workload 16 (Docker tier): create → ready → kill from a snapshot and from an
+/// image, `n` of each, alternating (`first` goes first in even pairs). The HTTP
+/// calls are the provider's: for a snapshot `GET /v1/snapshots?name=` (the
+/// provider looks a template's name up on every create), then for both
+/// `POST /v1/sandboxes` with its body (`snapshotId` and no entrypoint, or `image`
+/// with `tail -f /dev/null`), the execd endpoint, `/ping` every 200 ms until it
+/// answers (a refused connection counts as not yet), `GET /v1/sandboxes/{id}`
+/// (the provider answers the sandbox's info as it is then), `DELETE`.
+fn snapshot_cycle(
+    server: &str,
+    key: &str,
+    n: usize,
+    first: &str,
+    image: &str,
+    snapshot: &str,
+) -> io::Result<String> {
+    let pool = Pool::new(server);
+    let auth = [("OPEN-SANDBOX-API-KEY", key), ("Content-Type", "application/json")];
+    let call = |method: &str, path: &str, body: &[u8]| -> io::Result<(u16, String)> {
+        let mut conn = pool.take()?;
+        conn.send(method, path, &auth, body)?;
+        let head = conn.read_head()?;
+        let data = conn.read_all(&head)?;
+        pool.give(conn);
+        Ok((head.status, String::from_utf8_lossy(&data).into_owned()))
+    };
+    let id_in = |what: &str, status: u16, text: &str| -> io::Result<String> {
+        let mut scratch = Vec::new();
+        field(text.as_bytes(), b"\"id\":\"", &mut scratch)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .filter(|_| (200..300).contains(&status))
+            .ok_or_else(|| io::Error::other(format!("{what}: HTTP {status} {text}")))
+    };
+    let rest = r#""timeout":300,"resourceLimits":{"cpu":"1","memory":"2Gi"},"env":{},"metadata":{"bench":"snapshot-cycle"}}"#;
+    let image_body = format!(r#"{{"image":{{"uri":{}}},"entrypoint":["tail","-f","/dev/null"],{rest}"#, json_str(image));
+    let lookup = format!("/v1/snapshots?page=1&pageSize=200&name={}", encode_query(snapshot));
+    let one = |from_snapshot: bool| -> io::Result<u64> {
+        let t = Instant::now();
+        let body = if from_snapshot {
+            let (status, text) = call("GET", &lookup, &[])?;
+            let snapshot_id = id_in("snapshot lookup", status, &text)?;
+            format!(r#"{{"snapshotId":{},{rest}"#, json_str(&snapshot_id))
+        } else {
+            image_body.clone()
+        };
+        let (status, text) = call("POST", "/v1/sandboxes", body.as_bytes())?;
+        let id = id_in("create", status, &text)?;
+        let (status, text) = call("GET", &format!("/v1/sandboxes/{id}/endpoints/44772"), &[])?;
+        let mut scratch = Vec::new();
+        let endpoint = field(text.as_bytes(), b"\"endpoint\":\"", &mut scratch)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .filter(|_| status == 200)
+            .ok_or_else(|| io::Error::other(format!("endpoint: HTTP {status} {text}")))?;
+        let (authority, prefix) = split_endpoint(&endpoint);
+        let deadline = Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let answered = Conn::open(&authority).and_then(|mut conn| {
+                conn.send("GET", &format!("{prefix}/ping"), &[], &[])?;
+                Ok(conn.read_head()?.status == 200)
+            });
+            if let Ok(true) = answered {
+                break;
+            }
+            if Instant::now() > deadline {
+                let why = format!("sandbox {id}: execd did not answer /ping in 60 s ({answered:?})");
+                return Err(io::Error::other(why));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        let (status, text) = call("GET", &format!("/v1/sandboxes/{id}"), &[])?;
+        if status != 200 {
+            return Err(io::Error::other(format!("sandbox info: HTTP {status} {text}")));
+        }
+        let (status, text) = call("DELETE", &format!("/v1/sandboxes/{id}"), &[])?;
+        if !(200..300).contains(&status) {
+            return Err(io::Error::other(format!("delete: HTTP {status} {text}")));
+        }
+        Ok(t.elapsed().as_micros() as u64)
+    };
+    let (mut from_image, mut from_snapshot) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let snapshot_first = (first == "snapshot") == (i % 2 == 0);
+        for take_snapshot in [snapshot_first, !snapshot_first] {
+            let us = one(take_snapshot)?;
+            if take_snapshot { from_snapshot.push(us) } else { from_image.push(us) }
+        }
+    }
+    Ok(format!("\"image_us\":{},\"snapshot_us\":{}", list(&from_image), list(&from_snapshot)))
 }
