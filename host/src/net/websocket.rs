@@ -92,6 +92,16 @@ impl Sockets {
         self.conns.lock().expect("lock").remove(key)
     }
 
+    /// Forgets `key` only while it still names `conn`: a connection that
+    /// ended must not take with it a newer one opened under the same key
+    /// meanwhile (a terminal reattached in this process).
+    fn forget_ended(&self, key: &str, conn: &Arc<Conn>) {
+        let mut conns = self.conns.lock().expect("lock");
+        if conns.get(key).is_some_and(|c| Arc::ptr_eq(c, conn)) {
+            conns.remove(key);
+        }
+    }
+
     pub fn is_open(&self, key: &str) -> bool {
         self.get(key).is_some()
     }
@@ -218,7 +228,7 @@ impl Sockets {
             .await
             .map_err(|_| WsError::TimedOut(format!("sending on WebSocket `{key}` timed out")))?
             .map_err(|e| {
-                self.forget(key);
+                self.forget_ended(key, &conn);
                 WsError::Unreachable(format!("WebSocket `{key}` failed: {e}"))
             })
     }
@@ -235,20 +245,20 @@ impl Sockets {
                 Some(Ok(WsMessage::Binary(b))) => return Ok(Some(Message::Binary(b.to_vec()))),
                 Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_) | WsMessage::Frame(_))) => continue,
                 Some(Ok(WsMessage::Close(frame))) => {
-                    self.forget(key);
+                    self.forget_ended(key, &conn);
                     let (code, reason) = frame
                         .map(|f| (u16::from(f.code), f.reason.to_string()))
                         .unwrap_or((1005, String::new()));
                     return Ok(Some(Message::Close(code, reason)));
                 }
                 Some(Err(e)) => {
-                    self.forget(key);
+                    self.forget_ended(key, &conn);
                     return Err(WsError::Unreachable(format!(
                         "WebSocket `{key}` failed: {e}"
                     )));
                 }
                 None => {
-                    self.forget(key);
+                    self.forget_ended(key, &conn);
                     return Ok(None);
                 }
             }
@@ -308,5 +318,63 @@ fn handshake_error(dest: &Destination, e: tokio_tungstenite::tungstenite::Error)
             status: None,
             message: format!("WebSocket handshake with {dest} failed: {other}"),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::grant::{Grant, Origin, parse_origin_url};
+
+    fn loopback(port: u16) -> Sockets {
+        let url = format!("http://127.0.0.1:{port}");
+        let grant = Grant {
+            origin: Some(Origin {
+                template: "{base_url}".into(),
+                dest: parse_origin_url(&url).unwrap(),
+                url,
+            }),
+            ..Grant::nothing()
+        };
+        Sockets::new(Arc::new(NetPolicy::new(&grant).unwrap()))
+    }
+
+    /// The connection a key named before it was closed and opened again
+    /// (a terminal reattached in this process) ends later: the key keeps
+    /// naming the new connection.
+    #[tokio::test]
+    async fn an_ended_connection_leaves_a_newer_one_under_its_key() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (end_first, ended) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut first = tokio_tungstenite::accept_async(tcp).await.unwrap();
+            let (tcp, _) = listener.accept().await.unwrap();
+            let _second = tokio_tungstenite::accept_async(tcp).await.unwrap();
+            ended.await.ok();
+            first.close(None).await.ok();
+            std::future::pending::<()>().await;
+        });
+        let sockets = Arc::new(loopback(port));
+        let url = format!("ws://127.0.0.1:{port}/");
+        sockets.connect("k".into(), &url, Vec::new()).await.unwrap();
+        let reader = {
+            let sockets = sockets.clone();
+            tokio::spawn(async move { sockets.receive("k").await })
+        };
+        // The reader holds the first connection; the key moves on.
+        while sockets
+            .get("k")
+            .is_some_and(|c| c.stream.try_lock().is_ok())
+        {
+            tokio::task::yield_now().await;
+        }
+        sockets.forget("k");
+        sockets.connect("k".into(), &url, Vec::new()).await.unwrap();
+        end_first.send(()).unwrap();
+        let got = reader.await.unwrap().unwrap();
+        assert!(matches!(got, Some(Message::Close(..))), "{got:?}");
+        assert!(sockets.is_open("k"), "the newer connection was forgotten");
     }
 }

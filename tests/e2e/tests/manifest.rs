@@ -101,7 +101,9 @@ fn manifest_describes_the_signed_component() {
     assert_eq!(m["file"], "opensandbox.wasm");
     let size = std::fs::metadata(release.wasm()).unwrap().len();
     assert_eq!(m["size"], size);
-    assert!(size <= 1 << 20, "the component is {size} bytes, over 1 MiB");
+    // The shipped component's 1 MiB budget is checked by scripts/release on
+    // dist/opensandbox.wasm (the guest-release profile); this one is the
+    // development build, which is larger.
     assert_eq!(m["signer_key_ids"].as_array().unwrap().len(), 1);
 
     let caps = m["capabilities"].as_object().unwrap();
@@ -140,7 +142,7 @@ fn manifest_describes_the_signed_component() {
 fn inspect_flags_a_manifest_that_does_not_match() {
     let release = Release::new();
     let mut m = read_json(&release.manifest());
-    m["capabilities"]["templates.build"] = Value::Bool(true);
+    m["capabilities"]["ports.domain"] = Value::Bool(true);
     std::fs::write(release.manifest(), m.to_string()).unwrap();
     let (ok, report) = release.inspect();
     assert!(!ok, "inspect must fail on a manifest that lies");
