@@ -101,10 +101,11 @@ both_modes!(create_run_files_kill_in_a_container, super::lifecycle);
 fn pause_resume(mode: Mode) {
     let host = Host::start_docker(mode);
     let id = host.create_sandbox();
-    // A counter that only advances while the container runs.
+    // A counter that only advances while the container runs; written by a
+    // rename, so a pause between truncating and writing never leaves it empty.
     host.ok(
         "commands.run",
-        json!({"sandbox_id": id, "cmd": "i=0; while :; do i=$((i+1)); echo $i > /tmp/ticks; sleep 0.05; done", "background": true}),
+        json!({"sandbox_id": id, "cmd": "i=0; while :; do i=$((i+1)); echo $i > /tmp/ticks.new; mv /tmp/ticks.new /tmp/ticks; sleep 0.05; done", "background": true}),
     );
     let ticks = || -> u64 {
         docker_cli(&["exec", &sandbox_container(&id), "cat", "/tmp/ticks"])
