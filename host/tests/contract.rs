@@ -79,16 +79,18 @@ fn inspect_says_which_contract_and_what_follows() {
     assert!(text.contains("are in its environment"), "{text}");
 }
 
-/// `epp-host run` of the fixture against the shared testbed, allowed to
-/// reach it only by `--allow-host` (a 1.0 component declares no origin).
-fn serve_fixture(cache: &Path) -> (Child, Client) {
+/// `epp-host run` of the `version` fixture against the shared testbed, with
+/// `args` (a 1.0 component declares no origin: it reaches the testbed only
+/// by `--allow-host`; a 1.1 one says what it needs itself).
+fn serve(version: &str, args: &[&str], cache: &Path) -> (Child, Client) {
     let tb = epp_e2e::testbed();
     let mut cmd = host_command();
     cmd.arg("run")
-        .arg(fixture("opensandbox.wasm"))
+        .arg(fixture_of(version, "opensandbox.wasm"))
         .arg("--trusted-key")
-        .arg(fixture("fixture.pub"))
-        .args(["--trust-file", "/dev/null", "--allow-host", "127.0.0.1"])
+        .arg(fixture_of(version, "fixture.pub"))
+        .args(["--trust-file", "/dev/null"])
+        .args(args)
         .arg("--cache-dir")
         .arg(cache)
         .env("ABX_OPENSANDBOX_BASE_URL", &tb.url)
@@ -114,7 +116,7 @@ fn serve_fixture(cache: &Path) -> (Child, Client) {
 #[test]
 fn the_released_1_0_component_serves_a_session_against_the_testbed() {
     let cache = tempfile::tempdir().unwrap();
-    let (mut child, client) = serve_fixture(cache.path());
+    let (mut child, client) = serve("1.0.0", &["--allow-host", "127.0.0.1"], cache.path());
     let call = |method: &str, params: Value| {
         client
             .call(method, params, PATIENCE)
@@ -294,42 +296,10 @@ fn inspect_says_the_1_1_component_is_older_and_keeps_its_secrets_out() {
     assert_eq!(report["manifest_file"]["matches"], true, "{report:#}");
 }
 
-/// `epp-host run` of the 1.1.0 fixture against the shared testbed: it
-/// declares its origin and secret header itself (`needs()`).
-fn serve_1_1(cache: &Path) -> (Child, Client) {
-    let tb = epp_e2e::testbed();
-    let mut cmd = host_command();
-    cmd.arg("run")
-        .arg(fixture_of("1.1.0", "opensandbox.wasm"))
-        .arg("--trusted-key")
-        .arg(fixture_of("1.1.0", "fixture.pub"))
-        .args(["--trust-file", "/dev/null"])
-        .arg("--cache-dir")
-        .arg(cache)
-        .env("ABX_OPENSANDBOX_BASE_URL", &tb.url)
-        .env("ABX_OPENSANDBOX_READY_TIMEOUT", "60")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    if !tb.api_key.is_empty() {
-        cmd.env("ABX_OPENSANDBOX_API_KEY", &tb.api_key);
-    }
-    let mut child = cmd.spawn().expect("starting epp-host");
-    let client = Client::new(
-        child.stdin.take().unwrap(),
-        child.stdout.take().unwrap(),
-        Options {
-            transcript: false,
-            on_line: None,
-        },
-    );
-    (child, client)
-}
-
 #[test]
 fn the_released_1_1_component_serves_a_session_against_the_testbed() {
     let cache = tempfile::tempdir().unwrap();
-    let (mut child, client) = serve_1_1(cache.path());
+    let (mut child, client) = serve("1.1.0", &[], cache.path());
     let call = |method: &str, params: Value| {
         client
             .call(method, params, PATIENCE)

@@ -283,6 +283,17 @@ fn lookup(env: &dyn Env, name: &str) -> Option<(String, String)> {
 }
 
 impl Settings {
+    /// Reads and checks every setting from (variable, value) pairs, as
+    /// [`Settings::from_env`] does from an environment (tests, tools).
+    pub fn from_pairs(pairs: &[(&str, &str)]) -> Result<Settings, SettingError> {
+        Settings::from_env(&|name: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
     /// Reads and checks every setting.
     pub fn from_env(env: &dyn Env) -> Result<Settings, SettingError> {
         let origin = Origin::from_env(env)?;

@@ -1,16 +1,7 @@
 use super::*;
-use std::collections::HashMap;
-
-fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-    let map: HashMap<String, String> = pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    move |name: &str| map.get(name).cloned()
-}
 
 fn settings(pairs: &[(&str, &str)]) -> Result<Settings, SettingError> {
-    Settings::from_env(&env(pairs))
+    Settings::from_pairs(pairs)
 }
 
 #[test]

@@ -285,17 +285,7 @@ mod tests {
     use crate::bindings::exports::abx::epp::infra::Resources;
 
     fn settings(pairs: &[(&str, &str)]) -> Settings {
-        let pairs: Vec<(String, String)> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Settings::from_env(&move |name: &str| {
-            pairs
-                .iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.clone())
-        })
-        .unwrap()
+        Settings::from_pairs(pairs).unwrap()
     }
 
     fn create(template: Option<&str>, timeout: Option<u32>) -> CreateRequest {

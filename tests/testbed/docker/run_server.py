@@ -13,13 +13,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import threading
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "server"))
 
-from run_server import PINNED_SERVER_VERSION, _announce_when_healthy, _toml_str  # noqa: E402
+from run_server import PINNED_SERVER_VERSION, _toml_str, serve  # noqa: E402
 
 
 def _toml_list(values: list[str]) -> str:
@@ -157,39 +156,7 @@ def main() -> int:
     home.mkdir(exist_ok=True)
     os.environ["HOME"] = str(home)
 
-    from opensandbox_server.config import load_config
-    from opensandbox_server.logging_config import configure_logging
-    import uvicorn
-
-    app_config = load_config(config_path)
-    log_config = configure_logging(app_config.log)
-    server_cfg = app_config.server
-    config = uvicorn.Config(
-        "opensandbox_server.main:app",
-        host=server_cfg.host,
-        port=server_cfg.port,
-        log_config=log_config,
-        timeout_keep_alive=server_cfg.timeout_keep_alive,
-        limit_concurrency=server_cfg.limit_concurrency,
-        backlog=server_cfg.backlog,
-        loop=server_cfg.loop,
-        http=server_cfg.http,
-        date_header=False,
-        timeout_graceful_shutdown=min(server_cfg.timeout_graceful_shutdown or 5, 5),
-    )
-    server = uvicorn.Server(config)
-    stop = threading.Event()
-    threading.Thread(target=_announce_when_healthy, args=(server, args.host, args.port, stop),
-                     daemon=True).start()
-    try:
-        server.run()
-    finally:
-        stop.set()
-    if not server.started:
-        print(f"testbed: the server did not start (is {args.host}:{args.port} free?)", file=sys.stderr)
-        return 3
-    return 0
-
+    return serve(config_path, args.host, args.port)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -181,14 +181,25 @@ def main() -> int:
     # Last net: whatever happens to the server, no sandbox process outlives it.
     atexit.register(procscan.kill_all, procscan.INSTANCE_MARKER, args.instance)
 
+    try:
+        return serve(config_path, args.host, args.port, extra_loggers=("opensandbox_testbed",))
+    finally:
+        procscan.kill_all(procscan.INSTANCE_MARKER, args.instance)
+
+
+def serve(config_path: Path, host: str, port: int, extra_loggers: tuple[str, ...] = ()) -> int:
+    """Serves ``opensandbox_server.main:app`` with the config at `config_path`
+    as the server's own CLI would (its uvicorn settings, graceful shutdown cut
+    to 5 s), printing ``ready at`` once ``/health`` answers; 3 when it did not
+    start. `extra_loggers` are routed like the server's own logger."""
     from opensandbox_server.config import load_config
     from opensandbox_server.logging_config import configure_logging
     import uvicorn
 
     app_config = load_config(config_path)
     log_config = configure_logging(app_config.log)
-    # Route the runtime's own logger like the server's.
-    log_config["loggers"]["opensandbox_testbed"] = dict(log_config["loggers"]["opensandbox_server"])
+    for name in extra_loggers:
+        log_config["loggers"][name] = dict(log_config["loggers"]["opensandbox_server"])
     server_cfg = app_config.server
 
     config = uvicorn.Config(
@@ -206,15 +217,14 @@ def main() -> int:
     )
     server = uvicorn.Server(config)
     stop = threading.Event()
-    threading.Thread(target=_announce_when_healthy, args=(server, args.host, args.port, stop),
+    threading.Thread(target=_announce_when_healthy, args=(server, host, port, stop),
                      daemon=True).start()
     try:
         server.run()
     finally:
         stop.set()
-        procscan.kill_all(procscan.INSTANCE_MARKER, args.instance)
     if not server.started:
-        print(f"testbed: the server did not start (is {args.host}:{args.port} free?)", file=sys.stderr)
+        print(f"testbed: the server did not start (is {host}:{port} free?)", file=sys.stderr)
         return 3
     return 0
 
