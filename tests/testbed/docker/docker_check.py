@@ -7,7 +7,9 @@ and as uid 1000; pause is `docker pause`; a snapshot is a `docker commit` a new
 sandbox starts from, with the file written before; a host-path volume is a bind
 under [storage] allowed_host_paths and a path outside is refused, a named volume is
 shared; a networkPolicy starts the egress stand-in sidecar with the policy, and the
-server's /networkpolicy reads it back; deleting removes it all.
+server's /networkpolicy reads it back; deleting removes it all; nothing arriving on
+the engine's bridge is forwarded (its forwarding off, its routing rule; with the host's
+ip_forward 0 and 1), the host's own services are reachable at the bridge's address.
 
 Environment: OPEN_SANDBOX_DOMAIN, OPEN_SANDBOX_API_KEY, DOCKER_HOST (the engine),
 TESTBED_DOCKER_VOLUMES (the allowed host folder). Run with the server venv's
@@ -16,8 +18,11 @@ Python (it has the docker SDK). Exits non-zero at the first mismatch.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import socket
+import subprocess
 import sys
 import time
 import traceback
@@ -203,6 +208,128 @@ def part_volumes() -> None:
           f"a host path outside [storage] allowed_host_paths is refused ({status} {resp})")
 
 
+def ip(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+
+
+def must_ip(*args: str) -> None:
+    done = ip(*args)
+    if done.returncode:
+        raise Mismatch(f"ip {' '.join(args)}: {done.stderr.strip()}")
+
+
+PROBE = """
+import errno, socket, sys, time
+s = socket.socket()
+s.settimeout(float(sys.argv[3]))
+t = time.monotonic()
+try:
+    s.connect((sys.argv[1], int(sys.argv[2])))
+    print("connected", 0, "%.3f" % (time.monotonic() - t))
+except OSError as e:
+    print(errno.errorcode.get(e.errno, "timeout"), e.errno or 0, "%.3f" % (time.monotonic() - t))
+"""
+
+
+def connect_from(sandbox_id: str, addr: str, port: int, timeout: float) -> tuple[str, float]:
+    """What a TCP connect from inside the sandbox's container gives: ("connected" or
+    an errno name, or "timeout"; seconds)."""
+    code, out = container(sandbox_id).exec_run(["python3", "-c", PROBE, addr, str(port), str(timeout)])
+    if code != 0:
+        raise Mismatch(f"the connect probe exited {code}: {out!r}")
+    words = out.decode().split()
+    return words[0], float(words[2])
+
+
+def unused_test_address() -> str:
+    """A documentation address (TEST-NET-2/3/1) that no route of this machine covers
+    but the default one (the host's own network may be one of them)."""
+    routes = json.loads(ip("-j", "route").stdout or "[]")
+    nets = [ipaddress.ip_network(r["dst"], strict=False) for r in routes if r.get("dst") not in (None, "default")]
+    for cand in ("198.51.100.77", "203.0.113.77", "192.0.2.77"):
+        if not any(ipaddress.ip_address(cand) in n for n in nets):
+            return cand
+    raise Mismatch("every TEST-NET address is routed on this machine")
+
+
+def part_network() -> None:
+    """Nothing arriving on the engine's bridge is forwarded, even with the host's
+    net.ipv4.ip_forward set to 1 (switched on for this check, restored after); host
+    services on 0.0.0.0 are reachable at the bridge's address. A forwarded packet would
+    leave through a veth routed to a test address: its transmit counter is the proof."""
+    bridge = ENGINE.networks.get("bridge").attrs["Options"]["com.docker.network.bridge.name"]
+    check(bridge.startswith("osbtb-"), f"the engine's bridge is the testbed's ({bridge})")
+    forwarding = Path(f"/proc/sys/net/ipv4/conf/{bridge}/forwarding")
+    check(forwarding.read_text().strip() == "0", f"{forwarding} is 0")
+    v6 = Path(f"/proc/sys/net/ipv6/conf/{bridge}/disable_ipv6")
+    if v6.exists():
+        check(v6.read_text().strip() == "1", f"no IPv6 on the bridge ({v6})")
+    rules = json.loads(ip("-j", "rule").stdout or "[]")
+    check(any(r.get("iif") == bridge and r.get("action") == "unreachable" for r in rules),
+          f"routing rule: iif {bridge} unreachable ({rules})")
+    sid = create()
+    c = container(sid)
+    cip = c.attrs["NetworkSettings"]["IPAddress"]
+    gateway = c.attrs["NetworkSettings"]["Gateway"]
+
+    # A host service on 0.0.0.0 answers at the bridge's address (the host's own).
+    with socket.socket() as srv:
+        srv.bind(("0.0.0.0", 0))
+        srv.listen(1)
+        result, _ = connect_from(sid, gateway, srv.getsockname()[1], 5)
+    check(result == "connected", f"a host service on 0.0.0.0 is reached at {gateway} ({result})")
+
+    dest = unused_test_address()
+    # Named after the bridge's token: engine_sweep removes them too.
+    probe_link, peer = (prefix + bridge.removeprefix("osbtb-") for prefix in ("osbtbx", "osbtby"))
+    ip_forward = Path("/proc/sys/net/ipv4/ip_forward")
+    old_forward = ip_forward.read_text().strip()
+    try:
+        # A veth pair (not every kernel has dummy links), without ARP (a forwarded packet
+        # goes out as it is) and without IPv6 (its router solicitations would count).
+        must_ip("link", "add", probe_link, "type", "veth", "peer", "name", peer)
+        for end in (probe_link, peer):
+            if Path(f"/proc/sys/net/ipv6/conf/{end}").exists():
+                Path(f"/proc/sys/net/ipv6/conf/{end}/disable_ipv6").write_text("1\n")
+            must_ip("link", "set", end, "up")
+        must_ip("link", "set", probe_link, "arp", "off")
+        must_ip("route", "add", f"{dest}/32", "dev", probe_link)
+        tx = Path(f"/sys/class/net/{probe_link}/statistics/tx_packets")
+        check(f"dev {probe_link}" in ip("route", "get", dest).stdout,
+              f"the host routes {dest} to {probe_link} (where a forwarded packet would go)")
+
+        def not_forwarded(label: str, at_once: bool) -> None:
+            before = int(tx.read_text())
+            decision = ip("route", "get", dest, "from", cip, "iif", bridge)
+            check(decision.returncode != 0,
+                  f"{label}: the kernel has no route for {cip} → {dest} from the bridge "
+                  f"({(decision.stdout or decision.stderr).strip()})")
+            result, secs = connect_from(sid, dest, 80, 2)
+            sent = int(tx.read_text()) - before
+            check(result != "connected" and sent == 0,
+                  f"{label}: a connect to {dest}:80 is not forwarded ({result} after {secs:.2f} s, "
+                  f"{sent} packets out of {probe_link})")
+            if at_once:
+                check(result in ("ENETUNREACH", "EHOSTUNREACH") and secs < 1,
+                      f"{label}: and fails at once, no route ({result} after {secs:.2f} s)")
+
+        # Forwarding off on the bridge: the kernel drops the packet without an answer.
+        not_forwarded(f"ip_forward {old_forward}", at_once=False)
+        # A host that forwards: a change of ip_forward switches every interface's
+        # forwarding, the bridge's too (written here as well, in case ip_forward was 1
+        # already); the routing rule still refuses, and the container now hears so at once.
+        ip_forward.write_text("1\n")
+        forwarding.write_text("1\n")
+        not_forwarded("ip_forward 1, the bridge's forwarding 1", at_once=True)
+    finally:
+        ip_forward.write_text(old_forward + "\n")
+        forwarding.write_text("0\n")  # as the engine set it (restoring 1 switched it on)
+        ip("link", "delete", probe_link)
+    check(ip_forward.read_text().strip() == old_forward and forwarding.read_text().strip() == "0",
+          f"ip_forward back to {old_forward}, the bridge's forwarding to 0")
+    delete(sid)
+
+
 def part_egress() -> None:
     policy = {"defaultAction": "deny", "egress": [{"action": "allow", "target": "pypi.org"}]}
     sid = create(networkPolicy=policy)
@@ -225,7 +352,8 @@ def part_egress() -> None:
 def main() -> int:
     failures = []
     for name, fn in (("lifecycle, pause", part_lifecycle), ("snapshot (docker commit)", part_snapshot),
-                     ("volumes (host binds, named)", part_volumes), ("egress sidecar", part_egress)):
+                     ("volumes (host binds, named)", part_volumes), ("egress sidecar", part_egress),
+                     ("network (nothing forwarded from the bridge)", part_network)):
         print(name, flush=True)
         try:
             fn()

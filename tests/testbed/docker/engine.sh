@@ -2,8 +2,9 @@
 # The Docker tier's engine (tests/testbed/README.md, "Docker tier"), sourced by
 # tests/testbed/testbed: Debian's docker.io (20.10; installed when missing) started
 # by the testbed itself on a private socket, data root, bridge, containerd namespace
-# and cgroup parent, with no iptables rules, no masquerading and no forwarding, so
-# containers reach nothing but the host's bridge address and each other; the images
+# and cgroup parent, with no iptables rules, no masquerading and nothing forwarded
+# from the bridge (its forwarding off and a routing rule: engine_isolate_bridge), so
+# containers reach the host and each other and nothing beyond; the images
 # the server and the tests use, built by `docker import` (nothing is ever pulled).
 # engine_stop removes every container, stops dockerd by its pid and removes what it
 # left (bridge, mounts, cgroups, processes of a crashed run, its folders).
@@ -18,6 +19,9 @@ ENGINE_NET=     # 172.30.N (the bridge's /24)
 ENGINE_PID=
 ENGINE_SOCK=
 ENGINE_NEW_DIRS= # system folders dockerd makes that were not there before (removed if empty)
+# The preference of the routing rule that refuses to route anything arriving on the
+# bridge (after the local table's 0, before anything that could route it).
+ENGINE_RULE_PREF=10
 
 # The images (the server config names the first and the last; the provider's
 # templates `base` and `code` name the two in the middle).
@@ -146,6 +150,15 @@ engine_sweep() {
 	if [[ -n $ENGINE_BRIDGE ]] && ip link show "$ENGINE_BRIDGE" >/dev/null 2>&1; then
 		ip link delete "$ENGINE_BRIDGE" 2>/dev/null || log "warning: could not delete the bridge $ENGINE_BRIDGE"
 	fi
+	if [[ -n $ENGINE_BRIDGE ]]; then
+		# The bridge's routing rule (it outlives the bridge) and docker_check.py's probe.
+		for _ in $(seq 1 10); do
+			ip rule del pref "$ENGINE_RULE_PREF" iif "$ENGINE_BRIDGE" unreachable 2>/dev/null || break
+		done
+		if ip link show "osbtbx$ENGINE_TOKEN" >/dev/null 2>&1; then
+			ip link delete "osbtbx$ENGINE_TOKEN" 2>/dev/null || log "warning: could not delete osbtbx$ENGINE_TOKEN"
+		fi
+	fi
 	for cg in /sys/fs/cgroup/osbtb-"$ENGINE_TOKEN" /sys/fs/cgroup/*/osbtb-"$ENGINE_TOKEN"; do
 		[[ -d $cg ]] && find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
 	done
@@ -153,6 +166,25 @@ engine_sweep() {
 		[[ -d $dir ]] && find "$dir" -depth -type d -empty -delete 2>/dev/null
 	done
 	return 0
+}
+
+# Nothing that arrives on the bridge is ever forwarded, whatever the host's
+# net.ipv4.ip_forward, and without iptables: forwarding off on the bridge (a new
+# interface inherits conf.default.forwarding, 1 on a host that forwards), no IPv6 on
+# it, and a routing rule "iif BRIDGE unreachable" after the local table, so a packet
+# from a container to any address that is not the host's own has no route. The rule is
+# what holds: any later write of net.ipv4.ip_forward (another Docker, a VPN, a test)
+# switches every interface's forwarding, this bridge's too. With forwarding off the
+# kernel drops such a packet silently (a connect to an outside address times out);
+# with it switched on, the container gets "Network is unreachable" at once. Addresses
+# of the host itself are delivered locally, not forwarded: a host service listening on
+# 0.0.0.0 is reachable from containers at 172.30.N.1.
+engine_isolate_bridge() {
+	sysctl -qw "net.ipv4.conf.$ENGINE_BRIDGE.forwarding=0"
+	if [[ -d /proc/sys/net/ipv6/conf/$ENGINE_BRIDGE ]]; then
+		sysctl -qw "net.ipv6.conf.$ENGINE_BRIDGE.disable_ipv6=1"
+	fi
+	ip rule add pref "$ENGINE_RULE_PREF" iif "$ENGINE_BRIDGE" unreachable
 }
 
 engine_record() {
@@ -191,6 +223,7 @@ engine_start() {
 	ip link add "$ENGINE_BRIDGE" type bridge
 	ip addr add "$ENGINE_NET.1/24" dev "$ENGINE_BRIDGE"
 	ip link set "$ENGINE_BRIDGE" up
+	engine_isolate_bridge
 	# Its trust key stays in the folder too (else /etc/docker/key.json).
 	printf '{"deprecated-key-path": "%s/key.json"}\n' "$ENGINE_DIR" >"$ENGINE_DIR/daemon.json"
 	# No pull can leave the machine: registry traffic goes to a closed loopback port
@@ -214,7 +247,7 @@ engine_start() {
 	for _ in $(seq 1 300); do
 		kill -0 "$ENGINE_PID" 2>/dev/null || break
 		if [[ -S $ENGINE_SOCK ]] && engine_docker version >/dev/null 2>&1; then
-			log "docker: dockerd $(engine_docker version --format '{{.Server.Version}}') (pid $ENGINE_PID) on unix://$ENGINE_SOCK, bridge $ENGINE_BRIDGE ($ENGINE_NET.0/24, no iptables), ready in $(($(date +%s%N) / 1000000 - t0)) ms"
+			log "docker: dockerd $(engine_docker version --format '{{.Server.Version}}') (pid $ENGINE_PID) on unix://$ENGINE_SOCK, bridge $ENGINE_BRIDGE ($ENGINE_NET.0/24, nothing forwarded, no iptables), ready in $(($(date +%s%N) / 1000000 - t0)) ms"
 			return 0
 		fi
 		sleep 0.1
