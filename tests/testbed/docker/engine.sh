@@ -106,66 +106,93 @@ engine_regex_quote() { sed 's/[][\.*^$(){}?+|]/\\&/g' <<<"$1"; }
 # Removes whatever a run recorded in $ENGINE_DIR/engine.env left behind: container
 # processes (by cgroup), dockerd, containerd and shims (by their folders on the
 # command line), docker-proxy (by the bridge's subnet), mounts under the folder, the
-# bridge, the cgroups and empty system folders dockerd made. Idempotent; the normal
-# stop leaves it nothing to do.
+# bridge and its routing rule, the cgroups and empty system folders dockerd made.
+# Idempotent; the normal stop leaves it nothing to do. Every step runs whatever the
+# one before did (a process that exited in between, a busy cgroup): what could not
+# be removed is logged, and the status is 1 then.
 engine_sweep() {
 	[[ -n $ENGINE_TOKEN ]] || return 0
-	local cg pids dir p f
+	local cg pids dir p f failed=0
+	local cgroups=(/sys/fs/cgroup/osbtb-"$ENGINE_TOKEN" /sys/fs/cgroup/*/osbtb-"$ENGINE_TOKEN")
 	# Container processes: thaw (a paused sandbox ignores SIGKILL while frozen), kill.
 	for _ in $(seq 1 50); do
 		pids=
-		for cg in /sys/fs/cgroup/osbtb-"$ENGINE_TOKEN" /sys/fs/cgroup/*/osbtb-"$ENGINE_TOKEN"; do
+		for cg in "${cgroups[@]}"; do
 			[[ -d $cg ]] || continue
-			while IFS= read -r f; do echo THAWED >"$f" 2>/dev/null || true; done < <(find "$cg" -name freezer.state 2>/dev/null)
-			while IFS= read -r f; do echo 0 >"$f" 2>/dev/null || true; done < <(find "$cg" -name cgroup.freeze 2>/dev/null)
-			pids+=" $(find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null | tr '\n' ' ')"
+			while IFS= read -r f; do echo THAWED >"$f" 2>/dev/null || true; done < <(find "$cg" -name freezer.state 2>/dev/null || true)
+			while IFS= read -r f; do echo 0 >"$f" 2>/dev/null || true; done < <(find "$cg" -name cgroup.freeze 2>/dev/null || true)
+			pids+=" $({ find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null || true; } | tr '\n' ' ')"
 		done
 		[[ -z ${pids// /} ]] && break
 		# shellcheck disable=SC2086
 		kill -KILL $pids 2>/dev/null || true
 		sleep 0.1
 	done
+	if [[ -n ${pids// /} ]]; then
+		local left
+		read -ra left <<<"$pids"
+		log "warning: processes still in the engine's cgroups: ${left[*]}"
+		failed=1
+	fi
 	# The daemons of this engine name its folder on their command line.
 	if [[ -n $ENGINE_DIR ]]; then
 		local dq
 		dq=$(engine_regex_quote "$ENGINE_DIR")
 		for p in $(engine_pids_with_arg "(unix://)?$dq/.*"); do
-			case $(cat "/proc/$p/comm" 2>/dev/null) in
-			dockerd | containerd | containerd-shim* | docker-proxy | runc) kill -KILL "$p" 2>/dev/null ;;
+			case $(cat "/proc/$p/comm" 2>/dev/null || true) in
+			dockerd | containerd | containerd-shim* | docker-proxy | runc) engine_kill "$p" || failed=1 ;;
 			esac
 		done
 	fi
 	# docker-proxy processes of a killed dockerd, by the container address they relay to.
 	if [[ -n $ENGINE_NET ]]; then
 		for p in $(engine_pids_with_arg "$(engine_regex_quote "$ENGINE_NET")\.[0-9]+"); do
-			[[ $(cat "/proc/$p/comm" 2>/dev/null) == docker-proxy ]] && kill -KILL "$p" 2>/dev/null
+			if [[ $(cat "/proc/$p/comm" 2>/dev/null || true) == docker-proxy ]]; then
+				engine_kill "$p" || failed=1
+			fi
 		done
 	fi
 	# Mounts under the engine's folders (overlays, shm, network namespaces), deepest first.
 	if [[ -n $ENGINE_DIR ]]; then
 		while IFS= read -r dir; do
-			umount -l "$dir" 2>/dev/null || true
-		done < <(awk -v d="$ENGINE_DIR/" 'index($2, d) == 1 {print $2}' /proc/self/mounts | sort -r)
-	fi
-	if [[ -n $ENGINE_BRIDGE ]] && ip link show "$ENGINE_BRIDGE" >/dev/null 2>&1; then
-		ip link delete "$ENGINE_BRIDGE" 2>/dev/null || log "warning: could not delete the bridge $ENGINE_BRIDGE"
+			umount -l "$dir" 2>/dev/null || { log "warning: could not unmount $dir"; failed=1; }
+		done < <(awk -v d="$ENGINE_DIR/" 'index($2, d) == 1 {print $2}' /proc/self/mounts | sort -r || true)
 	fi
 	if [[ -n $ENGINE_BRIDGE ]]; then
-		# The bridge's routing rule (it outlives the bridge) and docker_check.py's probe.
+		local link
+		# The bridge, docker_check.py's probe link, the bridge's routing rule (a rule
+		# outlives its interface).
+		for link in "$ENGINE_BRIDGE" "osbtbx$ENGINE_TOKEN"; do
+			if ip link show "$link" >/dev/null 2>&1; then
+				ip link delete "$link" 2>/dev/null || { log "warning: could not delete the link $link"; failed=1; }
+			fi
+		done
 		for _ in $(seq 1 10); do
 			ip rule del pref "$ENGINE_RULE_PREF" iif "$ENGINE_BRIDGE" unreachable 2>/dev/null || break
 		done
-		if ip link show "osbtbx$ENGINE_TOKEN" >/dev/null 2>&1; then
-			ip link delete "osbtbx$ENGINE_TOKEN" 2>/dev/null || log "warning: could not delete osbtbx$ENGINE_TOKEN"
+		if ip rule show pref "$ENGINE_RULE_PREF" 2>/dev/null | grep -qw -- "$ENGINE_BRIDGE"; then
+			log "warning: could not delete the routing rule of $ENGINE_BRIDGE"
+			failed=1
 		fi
 	fi
-	for cg in /sys/fs/cgroup/osbtb-"$ENGINE_TOKEN" /sys/fs/cgroup/*/osbtb-"$ENGINE_TOKEN"; do
-		[[ -d $cg ]] && find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
+	for cg in "${cgroups[@]}"; do
+		[[ -d $cg ]] || continue
+		find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true
+		[[ -d $cg ]] && { log "warning: could not remove the cgroup $cg"; failed=1; }
 	done
 	for dir in $ENGINE_NEW_DIRS; do
-		[[ -d $dir ]] && find "$dir" -depth -type d -empty -delete 2>/dev/null
+		[[ -d $dir ]] || continue
+		find "$dir" -depth -type d -empty -delete 2>/dev/null || true
 	done
-	return 0
+	return "$failed"
+}
+
+# engine_kill PID: SIGKILL, fine when it is gone already; logs (status 1) when it stays.
+engine_kill() {
+	kill -KILL "$1" 2>/dev/null && return 0
+	[[ -e /proc/$1 ]] || return 0
+	log "warning: could not kill $(cat "/proc/$1/comm" 2>/dev/null || echo process) $1"
+	return 1
 }
 
 # Nothing that arrives on the bridge is ever forwarded, whatever the host's
@@ -204,9 +231,9 @@ engine_start() {
 		log "docker: removing what a previous run left in $ENGINE_DIR"
 		# shellcheck disable=SC1091
 		. "$ENGINE_DIR/engine.env"
-		engine_sweep
+		engine_sweep || die "could not remove all that a previous run left (above); try testbed sweep $1, or another --state-dir"
 	fi
-	rm -rf "$ENGINE_DIR"
+	rm -rf "$ENGINE_DIR" || die "could not remove $ENGINE_DIR"
 	mkdir -p "$ENGINE_DIR"
 	ENGINE_SOCK=$ENGINE_DIR/engine.sock
 	# A unix socket path has at most 107 bytes; containerd's lies deeper.
@@ -257,7 +284,9 @@ engine_start() {
 }
 
 # Removes every container, stops dockerd (SIGTERM, SIGKILL after 20 s), sweeps what
-# is left and removes the engine's folder (KEEP: 1 keeps dockerd.log).
+# is left and removes the engine's folder (KEEP: 1 keeps dockerd.log). When the sweep
+# could not remove everything, the folder stays with its engine.env (for `testbed
+# sweep`) and the status is 1.
 engine_stop() {
 	[[ -n $ENGINE_DIR ]] || return 0
 	local keep=${1:-0}
@@ -280,11 +309,15 @@ engine_stop() {
 		wait "$ENGINE_PID" 2>/dev/null || true
 	fi
 	ENGINE_PID=
-	engine_sweep
+	if ! engine_sweep; then
+		log "docker: the engine's folder $ENGINE_DIR stays (engine.env: what testbed sweep removes)"
+		ENGINE_DIR=
+		return 1
+	fi
 	if ((keep)); then
-		find "$ENGINE_DIR" -mindepth 1 -maxdepth 1 ! -name dockerd.log -exec rm -rf {} +
+		find "$ENGINE_DIR" -mindepth 1 -maxdepth 1 ! -name dockerd.log -exec rm -rf {} + || log "warning: could not empty $ENGINE_DIR"
 	else
-		rm -rf "$ENGINE_DIR"
+		rm -rf "$ENGINE_DIR" || log "warning: could not remove $ENGINE_DIR"
 	fi
 	ENGINE_DIR=
 }
