@@ -5,8 +5,9 @@
 //! A rule's `ports` is honoured from OpenSandbox 1.2 on; 1.1.x drops it
 //! without a word, which turns "allow 10.0.0.0/8 on 443" into "allow
 //! 10.0.0.0/8". A policy with ports is therefore sent only to a server whose
-//! `GET /version` says 1.2 or later (memoised host-wide: a version changes
-//! only with a restart); otherwise nothing is created and the answer says why.
+//! `GET /version` says 1.2 or later, a final release (a pre-release of 1.2
+//! may predate the fix; memoised host-wide: a version changes only with a
+//! restart); otherwise nothing is created and the answer says why.
 
 use crate::bindings::abx::epp::memo;
 use crate::bindings::exports::abx::epp::infra::{EgressAction, NetworkPolicy};
@@ -21,8 +22,9 @@ use serde_json::{Value, json};
 const SETTING: &str = "ABX_OPENSANDBOX_NETWORK_POLICY";
 /// How long a server's version is remembered.
 const VERSION_TTL_MS: u32 = 600_000;
-/// The first release that applies `ports`.
-const PORTS_SINCE: (u64, u64) = (1, 2);
+/// The first release that applies `ports`: 1.2.0 itself, not a pre-release
+/// of it.
+const PORTS_SINCE: Release = (1, 2, 0, true);
 
 /// A policy to send, and where it came from (for messages and codes).
 pub struct Policy {
@@ -117,9 +119,10 @@ impl Policy {
         Err(Error::new(
             kind,
             format!(
-                "{place} limits ports, but {why}: servers before 1.2 drop `ports` without a \
-                 word, so the rule would apply to every port; nothing was created. {fix}, or \
-                 upgrade the server to OpenSandbox 1.2 or later"
+                "{place} limits ports, but {why}: servers before 1.2 (its pre-releases \
+                 included) may drop `ports` without a word, so the rule would apply to every \
+                 port; nothing was created. {fix}, or upgrade the server to OpenSandbox 1.2 or \
+                 later"
             ),
         ))
     }
@@ -136,16 +139,45 @@ fn server_version(lifecycle: &Lifecycle) -> Result<String> {
     Ok(v)
 }
 
-/// (major, minor) of a release such as `1.1.1`, `1.2.0rc1` or `2.0`.
-fn release(version: &str) -> Option<(u64, u64)> {
-    let mut parts = version.trim().trim_start_matches('v').split('.');
-    let number = |s: &str| {
-        let digits: String = s.chars().take_while(char::is_ascii_digit).collect();
-        digits.parse::<u64>().ok()
-    };
-    let major = number(parts.next()?)?;
-    let minor = parts.next().and_then(number).unwrap_or(0);
-    Some((major, minor))
+/// A release as it sorts: major, minor, patch, and whether it is final (a
+/// pre-release or development release sorts below its final release, as in
+/// PEP 440 and semver).
+type Release = (u64, u64, u64, bool);
+
+/// The release of a version such as `1.1.1`, `v2`, `1.2.0rc1`, `1.2.0.dev0`,
+/// `1.2.0-rc.1` or `1.2.0.post1`. After the numbers, nothing, a post-release
+/// (`.post1`, `-1`) or a local part (`+build`) is final; anything else
+/// (`rc`, `a`, `b`, `dev`, `-beta`, words it does not know) is taken for a
+/// pre-release, which keeps a gate such as [`PORTS_SINCE`] shut.
+fn release(version: &str) -> Option<Release> {
+    let v = version.trim();
+    let v = v.strip_prefix(['v', 'V']).unwrap_or(v);
+    let v = v.split_once('+').map_or(v, |(release, _local)| release);
+    let mut numbers = Vec::new();
+    let mut rest = v;
+    loop {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            break;
+        }
+        numbers.push(rest[..digits].parse::<u64>().ok()?);
+        rest = &rest[digits..];
+        match rest.strip_prefix('.') {
+            Some(after) if after.starts_with(|c: char| c.is_ascii_digit()) => rest = after,
+            _ => break,
+        }
+    }
+    let number = |i: usize| numbers.get(i).copied().unwrap_or(0);
+    if numbers.is_empty() {
+        return None;
+    }
+    let tail = rest
+        .trim_start_matches(['.', '-', '_'])
+        .to_ascii_lowercase();
+    let is_final = tail.is_empty()
+        || tail.starts_with("post")
+        || (rest.starts_with('-') && tail.bytes().all(|b| b.is_ascii_digit()));
+    Some((number(0), number(1), number(2), is_final))
 }
 
 #[cfg(test)]
@@ -217,12 +249,44 @@ mod tests {
 
     #[test]
     fn releases() {
-        assert_eq!(release("1.1.1"), Some((1, 1)));
-        assert_eq!(release("1.2.0rc1"), Some((1, 2)));
-        assert_eq!(release("v2"), Some((2, 0)));
-        assert_eq!(release("0.0.0-dev"), Some((0, 0)));
+        assert_eq!(release("1.1.1"), Some((1, 1, 1, true)));
+        assert_eq!(release("v2"), Some((2, 0, 0, true)));
+        assert_eq!(release("1.2.0rc1"), Some((1, 2, 0, false)));
+        assert_eq!(release("1.2.0.dev0"), Some((1, 2, 0, false)));
+        assert_eq!(release("0.0.0-dev"), Some((0, 0, 0, false)));
+        assert_eq!(release("1.2.0+local.7"), Some((1, 2, 0, true)));
         assert_eq!(release("dev"), None);
-        assert!(release("1.1.9").unwrap() < PORTS_SINCE);
-        assert!(release("1.10.0").unwrap() >= PORTS_SINCE);
+        assert_eq!(release(""), None);
+        let gate = |v: &str| release(v).is_some_and(|r| r >= PORTS_SINCE);
+        // Final 1.2 and later open the gate, and so do their post-releases
+        // and pre-releases of later versions (1.2.1rc1 comes after 1.2.0).
+        for open in [
+            "1.2.0",
+            "1.2",
+            "v1.2.0",
+            "1.2.0.post1",
+            "1.2.0-1",
+            "1.2.1rc1",
+            "1.10.0",
+            "2.0.0b1",
+        ] {
+            assert!(gate(open), "{open}");
+        }
+        // Pre-releases of 1.2 are below it, as is everything before it.
+        for shut in [
+            "1.1.9",
+            "1.1.1",
+            "1.2.0rc1",
+            "1.2rc1",
+            "1.2.0.dev0",
+            "1.2.0a1",
+            "1.2.0b2",
+            "1.2.0-rc.1",
+            "1.2.0-beta",
+            "1.2.0.nightly",
+            "dev",
+        ] {
+            assert!(!gate(shut), "{shut}");
+        }
     }
 }

@@ -4,7 +4,7 @@
 //! policy without ports sent to the server and, on the Docker tier, handed to
 //! the sandbox's egress sidecar.
 
-use epp_e2e::{Host, HostBuilder, Mode, both_modes, docker_testbed, unique};
+use epp_e2e::{Fault, FaultProxy, Host, HostBuilder, Mode, both_modes, docker_testbed, unique};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
 
@@ -108,6 +108,50 @@ fn bad_policies_are_e1001_naming_the_rule() {
     );
     assert_eq!(e.code, -32602, "{e:?}");
     assert_eq!(tagged(&host, &tag), Vec::<Value>::new());
+}
+
+/// The gate on `ports` reads the server's version: a pre-release of 1.2
+/// (`1.2.0rc1`, `1.2.0.dev0`) keeps it shut like 1.1.x, a final 1.2.0 opens
+/// it. The fault proxy answers `GET /version` with each; one host each, as
+/// a host remembers a server's version.
+#[test]
+fn only_a_final_1_2_takes_ports() {
+    let rule = json!({"egress": [{"action": "allow", "target": "10.0.0.0/8", "ports": [443]}]});
+    let tag = unique("policy");
+    for (version, refused) in [("1.2.0rc1", true), ("1.2.0.dev0", true), ("1.2.0", false)] {
+        let proxy = FaultProxy::testbed();
+        proxy.fault(
+            "GET",
+            "/version",
+            Fault::Body(200, json!({"version": version}).to_string()),
+            1,
+        );
+        let host = HostBuilder::new(Mode::Direct).via(&proxy).spawn();
+        let e = host.fails(
+            "sandbox.create",
+            json!({"metadata": {"e2e-policy": tag}, "network_policy": rule}),
+            "E1001",
+        );
+        assert_eq!(proxy.count("GET", "/version"), 1, "{version}");
+        if refused {
+            for words in [
+                format!("is OpenSandbox {version}"),
+                "nothing was created".to_string(),
+            ] {
+                assert!(e.message.contains(&words), "{version}: {words}: {e:?}");
+            }
+            assert_eq!(proxy.count("POST", "/sandboxes"), 0, "{version}");
+        } else {
+            // Sent: this testbed's runtime has no egress sidecar and says so.
+            assert!(
+                e.message
+                    .contains("networkPolicy is not supported by the testbed"),
+                "{version}: {e:?}"
+            );
+            assert_eq!(proxy.count("POST", "/sandboxes"), 1, "{version}");
+        }
+        assert_eq!(tagged(&host, &tag), Vec::<Value>::new());
+    }
 }
 
 // ------------------------------------------------------------------ Docker tier
