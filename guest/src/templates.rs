@@ -28,9 +28,12 @@ use crate::error::{Error, Kind, Result, invalid, not_found};
 use crate::lifecycle::{Lifecycle, check_id};
 use crate::models::Snapshot;
 use names::Found;
-use opensandbox_settings::{Settings, is_code_interpreter};
+use opensandbox_settings::{Settings, is_code_interpreter, is_image_uri};
 
-/// How long a snapshot's name is remembered by its id (names never change).
+/// How long a snapshot's name (or, for one that is gone, its id) is
+/// remembered by its id: names never change, so only a snapshot removed
+/// meanwhile by another process is shown by its name after it is gone, for
+/// at most this long (docs/epp-1.md, SandboxInfo).
 const NAME_TTL_MS: u32 = 3_600_000;
 
 pub fn list() -> Result<Vec<TemplateInfo>> {
@@ -49,7 +52,7 @@ pub fn get(name: &str) -> Result<TemplateInfo> {
     if let Some(own) = own(settings).into_iter().find(|t| t.name == name) {
         return Ok(own);
     }
-    if is_image(name) {
+    if is_image_uri(name) {
         return Err(not_found(format!(
             "`{name}` is an image URI, not a template: sandbox.create takes it as it is \
              (templates.list shows the templates)"
@@ -67,11 +70,11 @@ pub fn get(name: &str) -> Result<TemplateInfo> {
 /// Removes the snapshot a template name (or id) stands for.
 pub fn remove(name: &str) -> Result<()> {
     let settings = config::settings()?;
-    if is_own(settings, name) || is_image(name) {
+    if settings.is_own_template(name) || is_image_uri(name) {
         return Err(invalid(format!(
             "`{name}` is not a snapshot but {}: templates.remove removes only templates made \
              by templates.build (templates.list shows which: those with `snapshot`)",
-            if is_image(name) {
+            if is_image_uri(name) {
                 "an image URI"
             } else {
                 "one of the provider's templates (an image name)"
@@ -144,8 +147,11 @@ pub fn source(template: &str) -> Result<Source> {
 }
 
 /// The template name of a sandbox made from snapshot `id`: the snapshot's
-/// name (memoised host-wide), or the id when it has none or is gone. Never
-/// fails: it only labels a sandbox's info.
+/// name, or its id when it has none or was gone when first asked about.
+/// Memoised host-wide for [`NAME_TTL_MS`] (a name never changes, a gone
+/// snapshot never comes back), so a list does not ask the server again for
+/// each sandbox. Never fails: it only labels a sandbox's info (on another
+/// error the id, not remembered).
 pub fn snapshot_name(id: &str) -> String {
     if let Some(name) = name_key(id).ok().and_then(|k| memo::get(&k)) {
         return name;
@@ -157,8 +163,20 @@ pub fn snapshot_name(id: &str) -> String {
             remember_name(id, &name);
             name
         }
+        Err(e) if is_gone(&e) => {
+            remember_name(id, id);
+            id.to_string()
+        }
         Err(_) => id.to_string(),
     }
+}
+
+/// Whether the server says the snapshot does not exist (404
+/// `SNAPSHOT::NOT_FOUND`), as opposed to having no snapshots at all.
+fn is_gone(e: &Error) -> bool {
+    e.status() == Some(404)
+        && e.upstream_code()
+            .is_some_and(|c| c.contains("SNAPSHOT::NOT_FOUND"))
 }
 
 fn name_key(id: &str) -> Result<String> {
@@ -176,7 +194,8 @@ fn remember_name(id: &str, name: &str) {
 fn find(lifecycle: &Lifecycle, name: &str) -> Result<Found> {
     let missing = || {
         not_found(format!(
-            "no template `{name}`: no snapshot has that name or id"
+            "no template `{name}`: no snapshot has that name or id; templates.list shows the \
+             templates there are (`base`, the aliases, and every snapshot by name)"
         ))
     };
     let named = match lifecycle.snapshots(Some(name), None) {
@@ -223,14 +242,6 @@ fn no_snapshots(e: &Error) -> bool {
         && !e
             .upstream_code()
             .is_some_and(|c| c.contains("SNAPSHOT::NOT_FOUND"))
-}
-
-fn is_image(name: &str) -> bool {
-    name.contains(':') || name.contains('/')
-}
-
-fn is_own(settings: &Settings, name: &str) -> bool {
-    name == "base" || settings.image_aliases.contains_key(name)
 }
 
 /// The provider's own templates: `base`, then the aliases.

@@ -368,15 +368,23 @@ impl Settings {
         })
     }
 
-    /// The image for a template name; names containing `:` or `/` are image URIs.
+    /// The image for a template name: itself for an image URI, the image of
+    /// one of the provider's own names, else none (a snapshot's name, or
+    /// nothing).
     pub fn image_for(&self, template: &str) -> Option<String> {
-        if template.contains(':') || template.contains('/') {
+        if is_image_uri(template) {
             return Some(template.to_string());
         }
         if template == "base" {
             return Some(self.default_image.clone());
         }
         self.image_aliases.get(template).cloned()
+    }
+
+    /// Whether a template name is one of the provider's own: `base`, or an
+    /// alias of ABX_OPENSANDBOX_IMAGE_ALIASES (never a snapshot's name).
+    pub fn is_own_template(&self, name: &str) -> bool {
+        name == "base" || self.image_aliases.contains_key(name)
     }
 
     /// The template name an image was most likely made from (the reverse of `image_for`).
@@ -403,6 +411,12 @@ impl Settings {
         };
         default.iter().map(|s| s.to_string()).collect()
     }
+}
+
+/// Whether a template is an image URI rather than a name: it has `:` or `/`
+/// (`python:3.12-slim`, `registry.io/team/image`), which no name has.
+pub fn is_image_uri(template: &str) -> bool {
+    template.contains(':') || template.contains('/')
 }
 
 /// OpenSandbox's code-interpreter images start their own Jupyter-backed entrypoint.

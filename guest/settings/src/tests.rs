@@ -116,6 +116,15 @@ fn templates_aliases_and_entrypoints() {
         Some("registry.io/x/y:1")
     );
     assert_eq!(s.image_for("nope"), None);
+    for own in ["base", "code", "node", "py"] {
+        assert!(s.is_own_template(own), "{own}");
+    }
+    assert!(!s.is_own_template("nope"));
+    assert!(!s.is_own_template("node:20"));
+    for uri in ["node:20", "registry.io/x", "localhost:5000/y"] {
+        assert!(crate::is_image_uri(uri), "{uri}");
+    }
+    assert!(!crate::is_image_uri("py-data.v1"));
     assert_eq!(s.template_for("node:20"), "node");
     assert_eq!(s.template_for("ubuntu:24.04"), "base");
     assert_eq!(s.template_for("alpine:3"), "alpine:3");

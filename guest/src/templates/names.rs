@@ -27,7 +27,7 @@ pub fn check_new(name: &str, settings: &Settings) -> Result<()> {
              and `.` (a name with `:` or `/` would be read as an image URI)"
         )));
     }
-    if name == "base" || settings.image_aliases.contains_key(name) {
+    if settings.is_own_template(name) {
         return Err(conflict(format!(
             "`{name}` is one of the provider's templates (an image: `base` or an alias of \
              ABX_OPENSANDBOX_IMAGE_ALIASES); give the new template another name"
