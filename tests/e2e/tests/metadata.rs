@@ -140,12 +140,20 @@ fn list_pages(mode: Mode) {
     }
     assert!(seen.values().all(|n| *n == 1), "repeated: {seen:?}");
 
-    // A cursor past the last sandbox: an empty page; a made-up one: E1001.
-    let last = host.ok(
-        "sandbox.list",
-        json!({"metadata": {"e2e-pages": tag}, "limit": 100}),
-    );
-    assert_eq!(last["next_cursor"], Value::Null, "{last}");
+    // A cursor past the last sandbox: page to the one before the newest,
+    // kill the newest, and ask with that page's cursor: an empty page and no
+    // cursor. A sandbox made then is on the page that cursor gives.
+    let now: Vec<String> = page(&host, &tag, 100, &Value::Null).0;
+    assert!(now.len() >= 2, "{now:?}");
+    let (before, cursor) = page(&host, &tag, now.len() as u32 - 1, &Value::Null);
+    assert_eq!(before, now[..now.len() - 1], "{now:?}");
+    assert!(cursor.is_string(), "{cursor}");
+    host.ok("sandbox.kill", json!({"sandbox_id": now.last().unwrap()}));
+    assert_eq!(page(&host, &tag, 2, &cursor), (vec![], Value::Null));
+    let newest = create();
+    assert_eq!(page(&host, &tag, 2, &cursor), (vec![newest], Value::Null));
+
+    // A made-up cursor: E1001.
     let e = host.fails(
         "sandbox.list",
         json!({"metadata": {"e2e-pages": tag}, "limit": 2, "cursor": "page-2"}),
