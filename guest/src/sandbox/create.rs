@@ -25,8 +25,12 @@ const MIN_TIMEOUT: u32 = 60;
 /// How long the server may take to answer `POST /sandboxes` (it pulls the
 /// image inside that call), when the host's deadline leaves that much.
 const POST_WAIT_MS: u64 = 300_000;
-/// The least time the create POST is given; less is a setup that cannot work.
+/// The least time the settings must leave the create POST; less is a setup
+/// that cannot work.
 const MIN_POST_WAIT_MS: u64 = 30_000;
+/// The least time worth sending the POST with, once the lookups before it
+/// took their part: less, and its answer would be lost to the deadline.
+const LAST_POST_WAIT_MS: u64 = 1_000;
 /// Kept back at the end of a create for what follows the ready wait (a GET,
 /// or the DELETE of a sandbox that did not become ready).
 const MARGIN_MS: u64 = 15_000;
@@ -132,34 +136,44 @@ fn body(
 }
 
 /// How long the create POST may wait for its answer: five minutes, or what
-/// the host's deadline (`left`, ms) leaves after the ready wait (`budget`, ms)
-/// and a margin, so that the provider answers, and cleans up, before the host
-/// stops it. `Err` when too little is left, with what to change.
-fn post_wait(
+/// the host's deadline (`left`, ms) leaves after the ready wait (`budget`,
+/// ms) and a margin, so that the provider answers, and cleans up, before the
+/// host stops it.
+fn post_wait(budget: u64, left: Option<u64>) -> u64 {
+    match left {
+        Some(left) => POST_WAIT_MS.min(left.saturating_sub(budget + MARGIN_MS)),
+        None => POST_WAIT_MS,
+    }
+}
+
+/// Whether the ready wait (`budget`, ms) leaves the server enough of the
+/// host's deadline (`left`, ms) to create the sandbox; `Err` with what to
+/// change when it does not. Checked before any I/O: a setting or param that
+/// cannot work fails the same way every time.
+fn check_room(
     budget: u64,
     left: Option<u64>,
     from_request: bool,
-) -> std::result::Result<u64, String> {
+) -> std::result::Result<(), String> {
     let Some(left) = left else {
-        return Ok(POST_WAIT_MS);
+        return Ok(());
     };
-    let spare = left.saturating_sub(budget + MARGIN_MS);
-    if spare < MIN_POST_WAIT_MS {
-        let source = if from_request {
-            "the request's ready_timeout"
-        } else {
-            "ABX_OPENSANDBOX_READY_TIMEOUT, as no ready_timeout was passed"
-        };
-        return Err(format!(
-            "a ready wait of {} s ({source}) leaves the server no time to create the sandbox: \
-             epp-host stops this sandbox.create after {} s (--call-timeout, plus a ready_timeout \
-             passed with the request). Pass ready_timeout with the request (epp-host adds it to \
-             its limit), or raise epp-host --call-timeout",
-            budget / 1000,
-            left / 1000
-        ));
+    if post_wait(budget, Some(left)) >= MIN_POST_WAIT_MS {
+        return Ok(());
     }
-    Ok(POST_WAIT_MS.min(spare))
+    let source = if from_request {
+        "the request's ready_timeout"
+    } else {
+        "ABX_OPENSANDBOX_READY_TIMEOUT, as no ready_timeout was passed"
+    };
+    Err(format!(
+        "a ready wait of {} s ({source}) leaves the server no time to create the sandbox: \
+         epp-host stops this sandbox.create after {} s (--call-timeout, plus a ready_timeout \
+         passed with the request). Pass ready_timeout with the request (epp-host adds it to \
+         its limit), or raise epp-host --call-timeout",
+        budget / 1000,
+        left / 1000
+    ))
 }
 
 pub fn create(req: CreateRequest) -> Result<SandboxInfo> {
@@ -167,21 +181,33 @@ pub fn create(req: CreateRequest) -> Result<SandboxInfo> {
     let label = label::new();
     let checked = check(&req, settings, &label)?;
     let budget = ready_budget(req.ready_timeout)?;
-    let post =
-        post_wait(budget, request::time_left_ms(), req.ready_timeout.is_some()).map_err(|why| {
-            let code = if req.ready_timeout.is_some() {
-                Kind::Invalid
-            } else {
-                Kind::Configuration
-            };
-            Error::new(code, why)
-        })?;
+    check_room(budget, request::time_left_ms(), req.ready_timeout.is_some()).map_err(|why| {
+        let code = if req.ready_timeout.is_some() {
+            Kind::Invalid
+        } else {
+            Kind::Configuration
+        };
+        Error::new(code, why)
+    })?;
     let lifecycle = Lifecycle::new()?;
     let source = templates::source(req.template.as_deref().unwrap_or("base"))?;
     if let Some(policy) = &checked.policy {
         policy.check_server(&lifecycle)?;
     }
     let body = body(&req, checked, &source, settings);
+    // What is left now: the template's lookup and the server's version
+    // took part of it.
+    let post = post_wait(budget, request::time_left_ms());
+    if post < LAST_POST_WAIT_MS {
+        return Err(error::timed_out(format!(
+            "sandbox.create ran out of time before it asked the server for the sandbox: {} s of \
+             its deadline were left after looking up the template and the server's version, \
+             and the ready wait needs {} s of them; nothing was created. Retry, or raise \
+             epp-host --call-timeout",
+            request::time_left_ms().unwrap_or(0) / 1000,
+            budget / 1000
+        )));
+    }
     // Before the server is asked: a request abandoned while it still creates
     // the sandbox (it pulls the image inside this call) is undone by finding
     // the sandbox by its label (crate::sandbox::label).
@@ -446,21 +472,28 @@ mod tests {
     fn the_create_post_fits_in_the_hosts_deadline() {
         let s = |secs: u64| secs * 1000;
         // No deadline (another host): five minutes.
-        assert_eq!(post_wait(s(60), None, false), Ok(s(300)));
+        assert_eq!(post_wait(s(60), None), s(300));
+        assert_eq!(check_room(s(60), None, false), Ok(()));
         // epp-host's default: --call-timeout 300 s, plus a ready_timeout passed.
-        assert_eq!(post_wait(s(60), Some(s(360)), true), Ok(s(285)));
-        assert_eq!(post_wait(s(600), Some(s(900)), true), Ok(s(285)));
+        assert_eq!(post_wait(s(60), Some(s(360))), s(285));
+        assert_eq!(post_wait(s(600), Some(s(900))), s(285));
         // Without one, the setting's default fits in --call-timeout.
-        assert_eq!(post_wait(s(60), Some(s(300)), false), Ok(s(225)));
+        assert_eq!(post_wait(s(60), Some(s(300))), s(225));
         // A long call timeout does not make the POST wait longer than five minutes.
-        assert_eq!(post_wait(s(60), Some(s(3600)), false), Ok(s(300)));
+        assert_eq!(post_wait(s(60), Some(s(3600))), s(300));
+        // Less time left (after the lookups): less wait, down to none.
+        assert_eq!(post_wait(s(60), Some(s(100))), s(25));
+        assert_eq!(post_wait(s(60), Some(s(70))), 0);
         // A setting that does not fit is said at once, with what to change.
-        let e = post_wait(s(600), Some(s(300)), false).unwrap_err();
+        assert_eq!(check_room(s(60), Some(s(300)), false), Ok(()));
+        assert_eq!(check_room(s(60), Some(s(105)), true), Ok(()));
+        let e = check_room(s(600), Some(s(300)), false).unwrap_err();
         assert!(
             e.contains("ABX_OPENSANDBOX_READY_TIMEOUT") && e.contains("--call-timeout"),
             "{e}"
         );
         assert!(e.contains("600 s") && e.contains("300 s"), "{e}");
-        assert!(post_wait(s(10), Some(s(40)), true).is_err());
+        assert!(check_room(s(10), Some(s(40)), true).is_err());
+        assert!(check_room(s(60), Some(s(104)), true).is_err());
     }
 }
