@@ -4,10 +4,11 @@
 //! host folders and Docker named volumes, and the server's refusals.
 
 use epp_e2e::{
-    Host, Mode, both_modes, docker_cli, docker_inspect, docker_volumes, sandbox_container, sh,
-    unique,
+    Host, Mode, both_modes, docker_cli, docker_cli_output, docker_inspect, docker_volumes,
+    sandbox_container, sh, unique,
 };
 use serde_json::{Value, json};
+use std::path::PathBuf;
 
 fn tagged(host: &Host, tag: &str) -> Vec<Value> {
     host.ok("sandbox.list", json!({"metadata": {"e2e-volumes": tag}}))["sandboxes"]
@@ -86,12 +87,44 @@ both_modes!(
 // ------------------------------------------------------------------ Docker tier
 // Real binds and Docker named volumes.
 
+/// What a test makes outside its sandboxes, removed when the test ends,
+/// passed or failed. Made before the test's `Host`, so that it is dropped
+/// after it: the host's drop kills the sandboxes that use these first.
+enum Leftover {
+    Folder(PathBuf),
+    Volume(String),
+}
+
+impl Drop for Leftover {
+    fn drop(&mut self) {
+        let failed = match self {
+            Leftover::Folder(dir) => std::fs::remove_dir_all(&*dir)
+                .err()
+                .filter(|e| e.kind() != std::io::ErrorKind::NotFound)
+                .map(|e| format!("removing {}: {e}", dir.display())),
+            Leftover::Volume(name) => {
+                let out = docker_cli_output(&["volume", "rm", "--", name]);
+                let said = String::from_utf8_lossy(&out.stderr).to_string();
+                (!out.status.success() && !said.contains("no such volume"))
+                    .then(|| format!("docker volume rm {name}: {said}"))
+            }
+        };
+        match failed {
+            // A test that passed must not leave anything behind.
+            Some(why) if !std::thread::panicking() => panic!("left behind: {why}"),
+            Some(why) => eprintln!("left behind: {why}"),
+            None => {}
+        }
+    }
+}
+
 /// Sandboxes from one create with three views of a host folder under the
 /// server's allowed one: read-write, read-only, and one directory of it.
 fn host_paths(mode: Mode) {
+    let dir = docker_volumes().join(unique("vol"));
+    let _folder = Leftover::Folder(dir.clone());
     let host = Host::start_docker(mode);
     let tag = unique("volumes");
-    let dir = docker_volumes().join(unique("vol"));
     std::fs::create_dir_all(dir.join("sub")).unwrap();
     let marker = unique("on-the-host");
     std::fs::write(dir.join("hello.txt"), &marker).unwrap();
@@ -180,9 +213,10 @@ both_modes!(host_paths_are_bound, super::host_paths);
 /// A Docker named volume keeps what one sandbox wrote for the next; one that
 /// does not exist is E1001 saying how to make it.
 fn named_volumes(mode: Mode) {
+    let name = unique("vol").to_ascii_lowercase();
+    let _volume = Leftover::Volume(name.clone());
     let host = Host::start_docker(mode);
     let tag = unique("volumes");
-    let name = unique("vol").to_ascii_lowercase();
     let missing = host.fails(
         "sandbox.create",
         json!({"metadata": {"e2e-volumes": tag}, "volumes": [
@@ -224,6 +258,7 @@ fn named_volumes(mode: Mode) {
         format!("{marker}\n")
     );
     host.ok("sandbox.kill", json!({"sandbox_id": second["sandbox_id"]}));
-    docker_cli(&["volume", "rm", &name]);
+    // The volume is removed by `_volume` (after `host`'s drop), however the
+    // test ends.
 }
 both_modes!(named_volumes_outlive_their_sandbox, super::named_volumes);
