@@ -21,22 +21,66 @@ const MAX_ANSWER: usize = 16 << 20;
 const PAGE_SIZE: u32 = 200;
 /// Pages read at most of one list (two million items).
 const MAX_PAGES: u32 = 10_000;
+/// Whole reads of one list at most: the first, and three more when the list
+/// changed while it was read.
+const MAX_READS: u32 = 4;
 
-/// Every item of a paged list: `page(n)` answers page `n` (from 1) and its
-/// pagination; pages are read until the server says there is no next one.
+/// Every item of a paged list, each once (`id_of` tells them apart):
+/// `page(n)` answers page `n`, from 1, and its pagination; pages are read
+/// until the server says there is no next one.
+///
+/// The server pages by offset over a list it sorts again for each request
+/// (newest first), so an item made or removed between two page reads moves
+/// every later item by one: the next page repeats the last item read, or
+/// skips one. When a read shows a change (an id twice, or a `totalItems`
+/// other than the first page's), the whole list is read again, up to
+/// [`MAX_READS`] reads. What cannot be seen so: changes that keep the count
+/// and repeat nothing (one item made and one removed on pages already read
+/// leaves the later pages where they were, so nothing is lost). A last read
+/// that still changed is answered with each id once, and may lack an item.
 pub fn all_pages<T>(
+    id_of: impl Fn(&T) -> &str,
     mut page: impl FnMut(u32) -> Result<(Vec<T>, Option<Pagination>)>,
 ) -> Result<Vec<T>> {
+    for _ in 1..MAX_READS {
+        if let Some(items) = read_pages(&id_of, &mut page, false)? {
+            return Ok(items);
+        }
+    }
+    Ok(read_pages(&id_of, &mut page, true)?.unwrap_or_default())
+}
+
+/// One read of all pages: the items, each once, or `None` when the list
+/// changed while it was read (unless `to_the_end`: then what was read).
+fn read_pages<T>(
+    id_of: &impl Fn(&T) -> &str,
+    page: &mut impl FnMut(u32) -> Result<(Vec<T>, Option<Pagination>)>,
+    to_the_end: bool,
+) -> Result<Option<Vec<T>>> {
     let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut total = None;
     for n in 1..=MAX_PAGES {
         let (items, pagination) = page(n)?;
-        let more = pagination.is_some_and(|p| p.has_next_page) && !items.is_empty();
-        out.extend(items);
+        let more = pagination.as_ref().is_some_and(|p| p.has_next_page) && !items.is_empty();
+        let this_total = pagination.and_then(|p| p.total_items);
+        let mut changed = n > 1 && this_total != total;
+        total = this_total;
+        for item in items {
+            if seen.insert(id_of(&item).to_string()) {
+                out.push(item);
+            } else {
+                changed = true;
+            }
+        }
+        if changed && !to_the_end {
+            return Ok(None);
+        }
         if !more {
             break;
         }
     }
-    Ok(out)
+    Ok(Some(out))
 }
 
 /// Rejects ids that could change the meaning of a URL.
@@ -100,30 +144,32 @@ impl Lifecycle {
         &self.target
     }
 
-    fn request(&self, method: &'static str, path: &str) -> Result<Request> {
-        // `/version` is outside the API; everything else is under `/v1`.
-        let base = if path == "/version" {
-            &self.root
-        } else {
-            &self.base
-        };
-        let url =
-            Url::parse(&format!("{base}{path}")).map_err(|t| error::transport(t, &self.target))?;
-        Ok(Request::new(method, url).headers(&self.headers))
+    /// Where `path` of the API is (`root/v1/…`).
+    fn api(&self, path: &str) -> Result<Url> {
+        self.url(&self.base, path)
     }
 
-    /// Sends `method path` (with a JSON body when given) until an answer arrives
+    /// Where `path` at the server's root is, outside the API (`/version`).
+    fn at_root(&self, path: &str) -> Result<Url> {
+        self.url(&self.root, path)
+    }
+
+    fn url(&self, base: &str, path: &str) -> Result<Url> {
+        Url::parse(&format!("{base}{path}")).map_err(|t| error::transport(t, &self.target))
+    }
+
+    /// Sends `method url` (with a JSON body when given) until an answer arrives
     /// or the retry rule (`crate::retry`) says stop; returns the last outcome.
     fn exchange(
         &self,
         method: &'static str,
-        path: &str,
+        url: &Url,
         body: Option<&[u8]>,
         timeouts: Option<Timeouts>,
-    ) -> Result<std::result::Result<Response, Transport>> {
+    ) -> std::result::Result<Response, Transport> {
         let mut retry = Retry::new(method);
         loop {
-            let mut req = self.request(method, path)?;
+            let mut req = Request::new(method, url.clone()).headers(&self.headers);
             if let Some(t) = timeouts {
                 req = req.timeouts(t);
             }
@@ -132,7 +178,7 @@ impl Lifecycle {
             }
             let outcome = req.send(body.unwrap_or_default());
             if !retry.again(&outcome) {
-                return Ok(outcome);
+                return outcome;
             }
         }
     }
@@ -147,6 +193,7 @@ impl Lifecycle {
         Err(error::status(status, &body, &self.target, subject))
     }
 
+    /// `method path` of the API, answered with 2xx.
     fn send(
         &self,
         method: &'static str,
@@ -154,8 +201,18 @@ impl Lifecycle {
         body: Option<Vec<u8>>,
         subject: &str,
     ) -> Result<Response> {
+        self.send_to(method, &self.api(path)?, body, subject)
+    }
+
+    fn send_to(
+        &self,
+        method: &'static str,
+        url: &Url,
+        body: Option<Vec<u8>>,
+        subject: &str,
+    ) -> Result<Response> {
         let resp = self
-            .exchange(method, path, body.as_deref(), None)?
+            .exchange(method, url, body.as_deref(), None)
             .map_err(|t| error::transport(t, &self.target))?;
         self.answer(resp, subject)
     }
@@ -217,17 +274,16 @@ impl Lifecycle {
         wait: Duration,
         subject: &str,
     ) -> std::result::Result<T, CreateFailed> {
-        let outcome = self
-            .exchange(
-                "POST",
-                path,
-                body.as_deref(),
-                Some(Timeouts::API.first_byte(wait)),
-            )
-            .map_err(|error| CreateFailed {
-                error,
-                may_exist: false,
-            })?;
+        let url = self.api(path).map_err(|error| CreateFailed {
+            error,
+            may_exist: false,
+        })?;
+        let outcome = self.exchange(
+            "POST",
+            &url,
+            body.as_deref(),
+            Some(Timeouts::API.first_byte(wait)),
+        );
         let may_exist = match &outcome {
             Err(Transport::Broken(_) | Transport::Timeout(_)) => true,
             Ok(resp) => matches!(resp.status, 200..=299 | 502 | 504),
@@ -258,11 +314,14 @@ impl Lifecycle {
                 .collect();
             filter.push_str(&format!("&metadata={}", encode(&pairs.join("&"))));
         }
-        all_pages(|page| {
-            let path = format!("/sandboxes?page={page}&pageSize={PAGE_SIZE}{filter}");
-            let list: SandboxList = self.get_json(&path, "the sandbox list")?;
-            Ok((list.items, list.pagination))
-        })
+        all_pages(
+            |s: &Sandbox| &s.id,
+            |page| {
+                let path = format!("/sandboxes?page={page}&pageSize={PAGE_SIZE}{filter}");
+                let list: SandboxList = self.get_json(&path, "the sandbox list")?;
+                Ok((list.items, list.pagination))
+            },
+        )
     }
 
     /// A `GET` answered with JSON.
@@ -298,11 +357,14 @@ impl Lifecycle {
         if let Some(id) = sandbox_id {
             filter.push_str(&format!("&sandboxId={}", encode(id)));
         }
-        all_pages(|page| {
-            let path = format!("/snapshots?page={page}&pageSize={PAGE_SIZE}{filter}");
-            let list: SnapshotList = self.get_json(&path, "the snapshot list")?;
-            Ok((list.items, list.pagination))
-        })
+        all_pages(
+            |s: &Snapshot| &s.id,
+            |page| {
+                let path = format!("/snapshots?page={page}&pageSize={PAGE_SIZE}{filter}");
+                let list: SnapshotList = self.get_json(&path, "the snapshot list")?;
+                Ok((list.items, list.pagination))
+            },
+        )
     }
 
     pub fn get_snapshot(&self, id: &str) -> Result<Snapshot> {
@@ -323,8 +385,9 @@ impl Lifecycle {
 
     /// The server's release (`GET /version`, outside the API; no key needed).
     pub fn version(&self) -> Result<String> {
-        self.get_json::<ServerVersion>("/version", "the server's version")
-            .map(|v| v.version)
+        let subject = "the server's version";
+        let resp = self.send_to("GET", &self.at_root("/version")?, None, subject)?;
+        self.json::<ServerVersion>(resp, subject).map(|v| v.version)
     }
 
     pub fn delete(&self, id: &str) -> Result<()> {
@@ -379,5 +442,109 @@ impl Lifecycle {
         let path = format!("/sandboxes/{id}/endpoints/{port}?use_server_proxy={use_server_proxy}");
         let resp = self.send("GET", &path, None, &subject)?;
         self.json(resp, &subject)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The server's paged list: newest first, sorted again for every page
+    /// request; `change(read, page)` runs before page `page` of whole read
+    /// `read` (both from 1) is answered.
+    struct Server<F> {
+        items: Vec<String>,
+        page_size: usize,
+        reads: u32,
+        change: F,
+    }
+
+    impl<F: FnMut(&mut Vec<String>, u32, u32)> Server<F> {
+        fn new(n: usize, change: F) -> Server<F> {
+            Server {
+                items: (0..n).rev().map(|i| format!("s{i:03}")).collect(),
+                page_size: 2,
+                reads: 0,
+                change,
+            }
+        }
+
+        fn page(&mut self, n: u32) -> Result<(Vec<String>, Option<Pagination>)> {
+            if n == 1 {
+                self.reads += 1;
+            }
+            (self.change)(&mut self.items, self.reads, n);
+            let from = (n as usize - 1) * self.page_size;
+            let items: Vec<String> = self
+                .items
+                .iter()
+                .skip(from)
+                .take(self.page_size)
+                .cloned()
+                .collect();
+            let pagination = Pagination {
+                has_next_page: from + self.page_size < self.items.len(),
+                total_items: Some(self.items.len() as u64),
+            };
+            Ok((items, Some(pagination)))
+        }
+
+        fn read(&mut self) -> Vec<String> {
+            let mut all = all_pages(|s: &String| s, |n| self.page(n)).unwrap();
+            all.sort();
+            all
+        }
+    }
+
+    fn ids(range: std::ops::Range<usize>) -> Vec<String> {
+        range.map(|i| format!("s{i:03}")).collect()
+    }
+
+    #[test]
+    fn a_list_that_does_not_change_is_read_once() {
+        let mut server = Server::new(7, |_, _, _| {});
+        assert_eq!(server.read(), ids(0..7));
+        assert_eq!(server.reads, 1);
+        let mut empty = Server::new(0, |_, _, _| {});
+        assert_eq!(empty.read(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_list_that_changed_between_pages_is_read_again() {
+        // Made before page 2 of the first read: page 2 repeats the last item
+        // of page 1 (the offset moved), so the list is read again, whole.
+        let mut made = Server::new(7, |items, read, page| {
+            if (read, page) == (1, 2) {
+                items.insert(0, "s100".into());
+            }
+        });
+        let mut want = ids(0..7);
+        want.push("s100".into());
+        assert_eq!(made.read(), want);
+        assert_eq!(made.reads, 2);
+
+        // Killed before page 3 (one already read): page 3 would skip the item
+        // after the killed one, and `totalItems` shows it.
+        let mut killed = Server::new(7, |items, read, page| {
+            if (read, page) == (1, 3) {
+                items.retain(|i| i != "s006");
+            }
+        });
+        assert_eq!(killed.read(), ids(0..6));
+        assert_eq!(killed.reads, 2);
+
+        // A list that keeps changing: four reads, then each id once.
+        let mut busy = Server::new(7, |items, _, page| {
+            if page == 2 {
+                let next = format!("s{:03}", 100 + items.len());
+                items.insert(0, next);
+            }
+        });
+        let got = busy.read();
+        assert_eq!(busy.reads, MAX_READS);
+        let mut unique = got.clone();
+        unique.dedup();
+        assert_eq!(got, unique, "repeated ids");
+        assert!(ids(0..7).iter().all(|i| got.contains(i)), "{got:?}");
     }
 }

@@ -115,6 +115,9 @@ pub struct Sandbox {
 pub struct Pagination {
     #[serde(default)]
     pub has_next_page: bool,
+    /// How many items the whole filtered list has, as of this page's read:
+    /// a later page that says otherwise was read from a changed list.
+    pub total_items: Option<u64>,
 }
 
 #[derive(Deserialize, Debug)]
