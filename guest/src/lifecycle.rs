@@ -246,12 +246,14 @@ impl Lifecycle {
     }
 
     /// `POST /sandboxes/{id}/snapshots`: the server answers once it has
-    /// recorded the snapshot (`Creating`; Docker commits it afterwards). Never
-    /// retried, like `create`: a lost answer may have made one.
+    /// recorded the snapshot (`Creating`; Docker commits it afterwards), and
+    /// is given `wait` for it. Never retried, like `create`: a lost answer
+    /// may have made one.
     pub fn snapshot(
         &self,
         sandbox_id: &str,
         name: &str,
+        wait: Duration,
     ) -> std::result::Result<Snapshot, CreateFailed> {
         check_id("sandbox", sandbox_id).map_err(|error| CreateFailed {
             error,
@@ -260,7 +262,7 @@ impl Lifecycle {
         self.post_once(
             &format!("/sandboxes/{sandbox_id}/snapshots"),
             Self::body(&NewSnapshot { name }),
-            Timeouts::API.first_byte,
+            wait,
             &format!("a snapshot of sandbox {sandbox_id}"),
         )
     }

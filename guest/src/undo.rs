@@ -14,11 +14,15 @@
 //!   while when none is there yet (crate::sandbox's `label`);
 //! - `snapshot:ID`: a snapshot a templates.build made; undone by deleting it,
 //!   once it is no longer being made (crate::templates);
-//! - `build:SANDBOX:NAME`: a templates.build whose snapshot POST has not
-//!   answered yet; undone by deleting the snapshots of SANDBOX named NAME,
-//!   looking for a while when none is there yet.
+//! - `build:SANDBOX:NAME:MS`: a templates.build whose snapshot POST has not
+//!   answered yet, begun at MS (ms since the Unix epoch); undone by deleting
+//!   the snapshots of SANDBOX named NAME that were made since then, looking
+//!   for a while when none is there yet.
 //!
-//! Undoing what is already gone is no failure: the words say so.
+//! Undoing what is already gone is no failure: the words say so. The undos
+//! that must first find what they remove (`create:`, `build:`, and
+//! `snapshot:`, whose snapshot may not be removable yet) share one loop,
+//! [`find_and_remove`].
 
 use crate::bindings::abx::epp::request;
 use crate::code;
@@ -28,6 +32,7 @@ use crate::execd::Execd;
 use crate::lifecycle::{Lifecycle, check_id};
 use crate::sandbox;
 use crate::templates;
+use crate::time::{monotonic_ms, sleep_ms};
 
 /// Something a request set going that must not outlive the request if it fails.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +51,9 @@ pub enum Token {
     Build {
         sandbox_id: String,
         name: String,
+        /// When the build began, in ms since the Unix epoch (the server's
+        /// clock writes `created_at`): older snapshots are not its own.
+        since_ms: u64,
     },
 }
 
@@ -63,7 +71,11 @@ impl Token {
             } => format!("code:{sandbox_id}:{context_id}"),
             Token::Create(label) => format!("create:{label}"),
             Token::Snapshot(id) => format!("snapshot:{id}"),
-            Token::Build { sandbox_id, name } => format!("build:{sandbox_id}:{name}"),
+            Token::Build {
+                sandbox_id,
+                name,
+                since_ms,
+            } => format!("build:{sandbox_id}:{name}:{since_ms}"),
         }
     }
 
@@ -72,7 +84,7 @@ impl Token {
             invalid(format!(
                 "`{token}` is not a token of this provider (it reports `sandbox:ID`, \
                  `command:SANDBOX:ID`, `code:SANDBOX:CONTEXT`, `create:LABEL`, `snapshot:ID` \
-                 and `build:SANDBOX:NAME`)"
+                 and `build:SANDBOX:NAME:MS`)"
             ))
         };
         let parts: Vec<&str> = token.split(':').collect();
@@ -92,9 +104,13 @@ impl Token {
             }),
             ["create", label] => Ok(Token::Create(id("label", label)?)),
             ["snapshot", snapshot] => Ok(Token::Snapshot(id("snapshot", snapshot)?)),
-            ["build", sandbox, name] => Ok(Token::Build {
+            ["build", sandbox, name, since] => Ok(Token::Build {
                 sandbox_id: id("sandbox", sandbox)?,
                 name: id("template name", name)?,
+                since_ms: match since.bytes().all(|b| b.is_ascii_digit()) {
+                    true => since.parse().map_err(|_| bad())?,
+                    false => return Err(bad()),
+                },
             }),
             _ => Err(bad()),
         }
@@ -116,7 +132,11 @@ pub fn undo(token: &str) -> Result<String> {
     match Token::parse(token)? {
         Token::Create(label) => sandbox::undo_create(&label),
         Token::Snapshot(id) => templates::undo_snapshot(&id),
-        Token::Build { sandbox_id, name } => templates::undo_build(&sandbox_id, &name),
+        Token::Build {
+            sandbox_id,
+            name,
+            since_ms,
+        } => templates::undo_build(&sandbox_id, &name, since_ms),
         Token::Sandbox(id) => {
             let outcome = Lifecycle::new()?.delete(&id);
             said(outcome, format!("killed sandbox {id}"), || {
@@ -179,6 +199,102 @@ pub fn undo(token: &str) -> Result<String> {
     }
 }
 
+/// The longest an undo looks for what has not appeared yet (the server may
+/// still be answering the request that makes it).
+const LOOK_MS: u64 = 15_000;
+/// How often it looks, and how soon it tries again a removal that may work
+/// later.
+const EVERY_MS: u64 = 500;
+/// Kept back from the undo's own deadline for its answer.
+const MARGIN_MS: u64 = 3_000;
+/// An undo's time when the host gives it no deadline (epp-host gives 30 s).
+const WITHOUT_DEADLINE_MS: u64 = 25_000;
+
+/// The clock an undo waits by: WASI's monotonic clock, or a unit test's.
+pub trait Clock {
+    fn now_ms(&self) -> u64;
+    fn sleep_ms(&self, ms: u64);
+}
+
+pub struct Wasi;
+
+impl Clock for Wasi {
+    fn now_ms(&self) -> u64 {
+        monotonic_ms()
+    }
+
+    fn sleep_ms(&self, ms: u64) {
+        sleep_ms(ms)
+    }
+}
+
+/// One try at removing what an undo found.
+#[derive(Debug)]
+pub enum Removal {
+    /// Removed, or already gone: the words for the answer.
+    Done(String),
+    /// Not removable yet, but it may be soon (a snapshot still being made):
+    /// tried again within the undo's time. The error says what is left and
+    /// how to remove it, then why.
+    NotYet(Error),
+    /// Failed: what is left and how to remove it, then why.
+    Failed(Error),
+}
+
+/// The one loop of the undos that must find what they remove: `find` is
+/// asked until it finds something or [`LOOK_MS`] (within the undo's time,
+/// `left` ms, less a margin) has passed, then `remove` is tried on each found
+/// item, again while it answers [`Removal::NotYet`] and time is left. The
+/// answer names what became of every item: the words of each, or an error
+/// with every item left (then the words of those removed). `nothing(secs)`
+/// is the answer when nothing appeared within `secs` seconds.
+pub fn find_and_remove<T>(
+    clock: &impl Clock,
+    left: Option<u64>,
+    mut find: impl FnMut() -> Result<Vec<T>>,
+    mut remove: impl FnMut(&T) -> Removal,
+    nothing: impl FnOnce(u64) -> String,
+) -> Result<String> {
+    let budget = left.map_or(WITHOUT_DEADLINE_MS, |left| left.saturating_sub(MARGIN_MS));
+    let look = LOOK_MS.min(budget);
+    let start = clock.now_ms();
+    let found = loop {
+        let found = find()?;
+        if !found.is_empty() || clock.now_ms() + EVERY_MS > start + look {
+            break found;
+        }
+        clock.sleep_ms(EVERY_MS);
+    };
+    if found.is_empty() {
+        return Ok(nothing(look / 1000));
+    }
+    let mut done = Vec::new();
+    let mut failed: Vec<Error> = Vec::new();
+    for item in &found {
+        loop {
+            match remove(item) {
+                Removal::Done(words) => done.push(words),
+                Removal::NotYet(_) if clock.now_ms() + EVERY_MS <= start + budget => {
+                    clock.sleep_ms(EVERY_MS);
+                    continue;
+                }
+                Removal::NotYet(e) | Removal::Failed(e) => failed.push(e),
+            }
+            break;
+        }
+    }
+    let mut failed = failed.into_iter();
+    let Some(first) = failed.next() else {
+        return Ok(done.join("; "));
+    };
+    let words: Vec<String> = std::iter::once(first.message.clone())
+        .chain(failed.map(|e| e.message))
+        .chain(done)
+        .collect();
+    let kind = first.kind;
+    Err(first.reworded(kind, words.join("; ")))
+}
+
 /// `done` when the undo worked, `gone()` when there was nothing left to undo
 /// (not found: the sandbox or what ran in it is gone).
 fn said(outcome: Result<()>, done: String, gone: impl FnOnce() -> String) -> Result<String> {
@@ -216,6 +332,7 @@ mod tests {
             Token::Build {
                 sandbox_id: "sb".into(),
                 name: "py-data.v1".into(),
+                since_ms: 1_795_000_000_250,
             },
         ] {
             assert_eq!(Token::parse(&t.text()).ok(), Some(t));
@@ -238,7 +355,12 @@ mod tests {
             "code:sb:../x",
             "snapshot:",
             "build:sb",
-            "build:sb:a/b",
+            "build:sb:t",
+            "build:sb:a/b:1",
+            "build:sb:t:",
+            "build:sb:t:-1",
+            "build:sb:t:1e3",
+            "build:sb:t:99999999999999999999",
         ] {
             let e = Token::parse(bad).expect_err(bad);
             assert_eq!(e.kind, Kind::Invalid, "{bad}");
@@ -259,5 +381,117 @@ mod tests {
             e.message,
             "sandbox x is left: kill it with sandbox.kill (HTTP 500)"
         );
+    }
+
+    /// A clock that moves only when the code under test sleeps.
+    struct Fake(std::cell::Cell<u64>);
+
+    impl Clock for Fake {
+        fn now_ms(&self) -> u64 {
+            self.0.get()
+        }
+
+        fn sleep_ms(&self, ms: u64) {
+            self.0.set(self.0.get() + ms)
+        }
+    }
+
+    fn is_left(what: &str) -> Error {
+        crate::error::conflict(format!("{what} is left (HTTP 409)"))
+    }
+
+    #[test]
+    fn an_undo_looks_until_something_appears_then_removes_each() {
+        let clock = Fake(std::cell::Cell::new(1_000));
+        // Nothing listed for 2 s, then two items.
+        let answer = find_and_remove(
+            &clock,
+            Some(30_000),
+            || {
+                Ok(if clock.now_ms() < 3_000 {
+                    vec![]
+                } else {
+                    vec!["a", "b"]
+                })
+            },
+            |id| Removal::Done(format!("removed {id}")),
+            |secs| format!("nothing within {secs} s"),
+        );
+        assert_eq!(answer.unwrap(), "removed a; removed b");
+        assert_eq!(clock.now_ms(), 3_000);
+
+        // Nothing ever: it looks for 15 s at most, within its own time.
+        for (left, looked) in [
+            (None, 15_000),
+            (Some(60_000), 15_000),
+            (Some(10_000), 7_000),
+        ] {
+            let clock = Fake(std::cell::Cell::new(0));
+            let answer = find_and_remove(
+                &clock,
+                left,
+                || Ok(Vec::<&str>::new()),
+                |_| unreachable!("nothing to remove"),
+                |secs| format!("nothing within {secs} s"),
+            );
+            assert_eq!(
+                answer.unwrap(),
+                format!("nothing within {} s", looked / 1000)
+            );
+            assert!(clock.now_ms() <= looked, "{left:?}: {}", clock.now_ms());
+            assert!(
+                clock.now_ms() + EVERY_MS > looked,
+                "{left:?}: {}",
+                clock.now_ms()
+            );
+        }
+    }
+
+    #[test]
+    fn an_undo_tries_again_only_what_may_work_later_and_names_all_that_is_left() {
+        let clock = Fake(std::cell::Cell::new(0));
+        let tries = std::cell::RefCell::new(Vec::new());
+        // `slow` is removable after 2 s; `stuck` never; `used` refuses for good.
+        let answer = find_and_remove(
+            &clock,
+            Some(10_000),
+            || Ok(vec!["slow", "stuck", "used", "gone"]),
+            |id| {
+                tries.borrow_mut().push(*id);
+                match *id {
+                    "slow" if clock.now_ms() >= 2_000 => Removal::Done("removed slow".into()),
+                    "slow" | "stuck" => Removal::NotYet(is_left(id)),
+                    "used" => Removal::Failed(is_left(id)),
+                    _ => Removal::Done(format!("{id} was already gone")),
+                }
+            },
+            |_| unreachable!("found at once"),
+        );
+        let e = answer.unwrap_err();
+        assert_eq!(e.kind, Kind::Conflict);
+        assert_eq!(
+            e.message,
+            "stuck is left (HTTP 409); used is left (HTTP 409); removed slow; gone was already gone"
+        );
+        let tries = tries.into_inner();
+        assert_eq!(tries.iter().filter(|t| **t == "slow").count(), 5);
+        assert_eq!(tries.iter().filter(|t| **t == "used").count(), 1);
+        // `stuck` is tried until the undo's time (10 s less the margin) is up.
+        assert!(
+            clock.now_ms() <= 7_000 && clock.now_ms() + EVERY_MS > 7_000,
+            "{}",
+            clock.now_ms()
+        );
+
+        // A failure to look is the undo's failure.
+        let e = find_and_remove(
+            &Fake(std::cell::Cell::new(0)),
+            None,
+            || Err::<Vec<&str>, _>(crate::error::upstream("HTTP 500")),
+            |_| unreachable!(),
+            |_| unreachable!(),
+        )
+        .unwrap_err();
+        assert_eq!(e.message, "HTTP 500");
     }
 }

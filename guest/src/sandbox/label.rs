@@ -14,17 +14,11 @@
 use crate::bindings::abx::epp::request;
 use crate::error::{Error, Kind, Result, invalid};
 use crate::lifecycle::Lifecycle;
-use crate::time::{monotonic_ms, sleep_ms};
+use crate::undo::{self, Removal};
 use std::collections::BTreeMap;
 
 /// The metadata key of the label.
 pub const KEY: &str = "epp-request";
-/// The longest an undo looks for a sandbox that has not appeared yet.
-const UNDO_POLL_MS: u64 = 15_000;
-/// How often it looks.
-const UNDO_EVERY_MS: u64 = 500;
-/// Kept back from the undo's own deadline for the kills and the answer.
-const UNDO_MARGIN_MS: u64 = 3_000;
 
 /// A new request's label: 128 random bits as 32 hex digits.
 pub fn new() -> String {
@@ -73,59 +67,38 @@ pub fn may_exist(e: Error, label: &str) -> Error {
     e.reworded(kind, message)
 }
 
-/// How long an undo may look for the sandbox: up to [`UNDO_POLL_MS`], within
-/// what the undo's own deadline leaves (`left`, ms).
-fn poll_budget(left: Option<u64>) -> u64 {
-    left.map_or(UNDO_POLL_MS, |left| {
-        UNDO_POLL_MS.min(left.saturating_sub(UNDO_MARGIN_MS))
-    })
-}
-
 /// Undoes `create:LABEL`: kills every sandbox with the label. The server may
-/// still be creating it, so while none is listed it looks again, for a while.
+/// still be creating it, so while none is listed it looks again, for a while
+/// (crate::undo's one loop).
 pub fn undo_create(label: &str) -> Result<String> {
     let lifecycle = Lifecycle::new()?;
     let filter = [(KEY.to_string(), label.to_string())];
-    let budget = poll_budget(request::time_left_ms());
-    let deadline = monotonic_ms() + budget;
-    let found = loop {
-        let found = lifecycle.list(&[], &filter)?;
-        if !found.is_empty() || monotonic_ms() + UNDO_EVERY_MS > deadline {
-            break found;
-        }
-        sleep_ms(UNDO_EVERY_MS);
-    };
-    if found.is_empty() {
-        return Ok(format!(
-            "no sandbox with the metadata {KEY}={label} appeared within {} s; if one appears \
-             later, find it with sandbox.list by that metadata and kill it",
-            budget / 1000
-        ));
-    }
-    let mut done = Vec::new();
-    let mut left = Vec::new();
-    for sandbox in found {
-        match lifecycle.delete(&sandbox.id) {
-            Ok(()) => done.push(format!("killed sandbox {}", sandbox.id)),
+    undo::find_and_remove(
+        &undo::Wasi,
+        request::time_left_ms(),
+        || lifecycle.list(&[], &filter),
+        |sandbox| match lifecycle.delete(&sandbox.id) {
+            Ok(()) => Removal::Done(format!("killed sandbox {}", sandbox.id)),
             Err(e) if e.is(Kind::NotFound) => {
-                done.push(format!("sandbox {} was already gone", sandbox.id))
+                Removal::Done(format!("sandbox {} was already gone", sandbox.id))
             }
-            Err(e) => left.push((sandbox.id, e)),
-        }
-    }
-    match left.into_iter().next() {
-        None => Ok(done.join("; ")),
-        Some((id, e)) => {
-            let message = format!(
-                "sandbox {id} (metadata {KEY}={label}) is left: kill it with sandbox.kill, or it \
-                 expires after its timeout ({}){}",
-                e.message,
-                done.iter().map(|d| format!("; {d}")).collect::<String>()
-            );
-            let kind = e.kind;
-            Err(e.reworded(kind, message))
-        }
-    }
+            Err(e) => {
+                let message = format!(
+                    "sandbox {} (metadata {KEY}={label}) is left: kill it with sandbox.kill, or \
+                     it expires after its timeout ({})",
+                    sandbox.id, e.message
+                );
+                let kind = e.kind;
+                Removal::Failed(e.reworded(kind, message))
+            }
+        },
+        |secs| {
+            format!(
+                "no sandbox with the metadata {KEY}={label} appeared within {secs} s; if one \
+                 appears later, find it with sandbox.list by that metadata and kill it"
+            )
+        },
+    )
 }
 
 #[cfg(test)]
@@ -156,13 +129,5 @@ mod tests {
         for words in ["epp-request=f00d", "sandbox.list", "never retried"] {
             assert!(e.message.contains(words), "{words}: {e:?}");
         }
-    }
-
-    #[test]
-    fn an_undo_looks_for_the_sandbox_within_its_own_deadline() {
-        assert_eq!(poll_budget(None), UNDO_POLL_MS);
-        assert_eq!(poll_budget(Some(60_000)), UNDO_POLL_MS);
-        assert_eq!(poll_budget(Some(10_000)), 7_000);
-        assert_eq!(poll_budget(Some(1_000)), 0);
     }
 }

@@ -4,11 +4,17 @@
 //! images, so `dockerfile` and `base_image` are refused (E8004).
 //!
 //! What a build leaves when it fails, times out or is abandoned is removed:
-//! while the POST is out, the token `build:SANDBOX:NAME` stands for any
-//! snapshot of that sandbox with that name (found by the server's filter, as
-//! a create's label is); once the server answered, `snapshot:ID`. A snapshot
-//! cannot be deleted while it is `Creating` (the server answers 409), so the
-//! undo waits for it to end first, within its own deadline.
+//! while the POST is out, the token `build:SANDBOX:NAME:MS` stands for the
+//! snapshots of that sandbox with that name made since MS, when the build
+//! began (found by the server's filter, as a create's label is); once the
+//! server answered, `snapshot:ID`. A snapshot cannot be deleted while it is
+//! `Creating` (the server answers 409 `SNAPSHOT::INVALID_STATE`), so the undo
+//! tries again until it is made, within its own deadline (crate::undo's
+//! `find_and_remove`).
+//!
+//! Two builds of one name at once both find it free; after its POST a build
+//! lists the name again, and the later of two (by creation, then id) gives
+//! way: E4009, and its snapshot is undone.
 
 use super::names::{check_free, check_new};
 use super::{info, no_snapshots, remember_name};
@@ -18,8 +24,10 @@ use crate::config;
 use crate::error::{self, Error, Kind, Result, invalid, unsupported};
 use crate::lifecycle::{CreateFailed, Lifecycle, check_id};
 use crate::models::Snapshot;
+use crate::sandbox::order::{Key, parse};
 use crate::time::{monotonic_ms, sleep_ms};
-use crate::undo::Token;
+use crate::undo::{self, Removal, Token};
+use std::time::Duration;
 
 /// How often a snapshot's state is read while it is made.
 const POLL_MS: u64 = 500;
@@ -27,31 +35,47 @@ const POLL_MS: u64 = 500;
 const DEFAULT_WAIT_MS: u64 = 300_000;
 /// Kept back from the host's deadline to answer (and remove a failed snapshot).
 const MARGIN_MS: u64 = 5_000;
-/// The longest an undo looks for the snapshot of an unanswered POST.
-const UNDO_FIND_MS: u64 = 15_000;
-/// Kept back from an undo's own deadline for its answer.
-const UNDO_MARGIN_MS: u64 = 3_000;
+/// The longest the snapshot POST waits for its answer (the server records
+/// the snapshot and answers; Docker commits afterwards).
+const POST_WAIT_MS: u64 = 60_000;
+/// The least time worth sending the POST with: less, and its answer would
+/// be lost to the deadline, leaving a snapshot for the undo to find.
+const MIN_POST_WAIT_MS: u64 = 1_000;
+/// How far the server's clock (which writes `created_at`) may be behind
+/// ours for a snapshot to count as one the build made.
+const CLOCK_SKEW_MS: u64 = 30_000;
 
 pub fn build(req: TemplateBuildRequest) -> Result<TemplateInfo> {
     let sandbox = from_sandbox(&req)?;
     check_new(&req.name, config::settings()?)?;
     check_id("sandbox", sandbox)?;
     let name = req.name.as_str();
-    let budget = wait_budget(request::time_left_ms(), req.timeout);
+    // Taken before the name is checked free: a snapshot of this name that
+    // can be this build's own was made after it, so the undo of an
+    // unanswered POST looks only at those.
+    let since_ms = wall_ms();
     let lifecycle = Lifecycle::new()?;
     match lifecycle.snapshots(Some(name), None) {
         Ok(existing) => check_free(name, &existing)?,
         Err(e) if no_snapshots(&e) => return Err(cannot_snapshot(&lifecycle, e)),
         Err(e) => return Err(e),
     }
+    let post = post_wait(request::time_left_ms()).ok_or_else(|| {
+        error::timed_out(format!(
+            "templates.build of `{name}` ran out of time before it could ask the server for \
+             the snapshot (checking the name took it); nothing was made. Pass a longer \
+             `timeout` (seconds epp-host adds to its --call-timeout)"
+        ))
+    })?;
     // Before the server is asked: an abandoned POST is undone by finding the
-    // snapshot by its sandbox and name.
+    // snapshot by its sandbox, name and time.
     let pending = Token::Build {
         sandbox_id: sandbox.to_string(),
         name: name.to_string(),
+        since_ms,
     };
     pending.made();
-    let made = match lifecycle.snapshot(sandbox, name) {
+    let made = match lifecycle.snapshot(sandbox, name, post) {
         Ok(made) => made,
         Err(CreateFailed { error, may_exist }) => {
             if !may_exist {
@@ -64,6 +88,19 @@ pub fn build(req: TemplateBuildRequest) -> Result<TemplateInfo> {
     token.made();
     pending.settled();
     remember_name(&made.id, name);
+    if let Some(rival) = earlier_rival(&made, &lifecycle.snapshots(Some(name), None)?) {
+        return Err(error::conflict(format!(
+            "template `{name}` was taken meanwhile: snapshot {} of sandbox {} (another \
+             templates.build of the same name, begun first) is {}; this build's snapshot {} \
+             is removed. Give another name, or remove that one first",
+            rival.id,
+            rival.sandbox_id,
+            rival.status.state.to_ascii_lowercase(),
+            made.id
+        )));
+    }
+    // Computed after the POST and the check, which took part of the time.
+    let budget = wait_budget(request::time_left_ms(), req.timeout);
     let snapshot = wait(&lifecycle, made, budget)?;
     match snapshot.status.state.as_str() {
         "Ready" => {
@@ -80,13 +117,19 @@ pub fn build(req: TemplateBuildRequest) -> Result<TemplateInfo> {
             let removed = match lifecycle.delete_snapshot(&snapshot.id) {
                 Ok(()) => {
                     token.settled();
-                    "it was removed"
+                    "it was removed".to_string()
                 }
                 Err(e) if e.is(Kind::NotFound) => {
                     token.settled();
-                    "it is gone"
+                    "it is gone".to_string()
                 }
-                Err(_) => "removing it failed",
+                // The token stays: the host's undo, which runs next, tries
+                // again (and says so after `undone:` or `not undone:`).
+                Err(e) => format!(
+                    "removing it failed ({}), so the undo that follows tries again; if it \
+                     stays, remove it with templates.remove {{\"name\": \"{}\"}}",
+                    e.message, snapshot.id
+                ),
             };
             Err(error::upstream(format!(
                 "the server could not snapshot sandbox {sandbox} (snapshot {}: {}); {removed}",
@@ -101,6 +144,36 @@ pub fn build(req: TemplateBuildRequest) -> Result<TemplateInfo> {
             state.to_ascii_lowercase()
         ))),
     }
+}
+
+/// Now on the wall clock, in ms since the Unix epoch (what `created_at` is
+/// written in).
+fn wall_ms() -> u64 {
+    let now = wasip2::clocks::wall_clock::now();
+    now.seconds * 1000 + u64::from(now.nanoseconds / 1_000_000)
+}
+
+/// Another build's snapshot of the same name, begun before `made` (earlier
+/// by creation, then by id) and not failed or going: `made` gives way to it.
+/// The rule picks one winner of any number of builds at once, each seeing
+/// the others or not.
+fn earlier_rival<'a>(made: &Snapshot, named: &'a [Snapshot]) -> Option<&'a Snapshot> {
+    let key = |s: &Snapshot| Key::new(s.created_at.as_deref(), &s.id);
+    let own = key(made);
+    named.iter().find(|s| {
+        s.id != made.id && matches!(s.status.state.as_str(), "Creating" | "Ready") && key(s) < own
+    })
+}
+
+/// How long the snapshot POST may wait for its answer: [`POST_WAIT_MS`],
+/// or what the host's deadline (`left`, ms) leaves after a margin; none
+/// when that is too little to send it.
+fn post_wait(left: Option<u64>) -> Option<Duration> {
+    let wait = match left {
+        Some(left) => POST_WAIT_MS.min(left.saturating_sub(MARGIN_MS)),
+        None => POST_WAIT_MS,
+    };
+    (wait >= MIN_POST_WAIT_MS).then(|| Duration::from_millis(wait))
 }
 
 /// The sandbox to snapshot: exactly one of `dockerfile`, `base_image` and
@@ -186,61 +259,83 @@ fn cannot_snapshot(lifecycle: &Lifecycle, e: Error) -> Error {
     e.reworded(Kind::Unsupported, message)
 }
 
-/// Undoes `snapshot:ID`: deletes the snapshot, waiting while it is still
-/// being made (the server refuses to delete it then).
+/// Undoes `snapshot:ID`: deletes the snapshot, trying again while it is
+/// still being made (the server refuses to delete it then).
 pub fn undo_snapshot(id: &str) -> Result<String> {
     let lifecycle = Lifecycle::new()?;
-    let deadline = monotonic_ms() + undo_budget();
-    remove_when_made(&lifecycle, id, deadline)
+    undo::find_and_remove(
+        &undo::Wasi,
+        request::time_left_ms(),
+        || Ok(vec![id.to_string()]),
+        |id| removal(&lifecycle, id),
+        |_| unreachable!("the snapshot is named"),
+    )
 }
 
-/// Undoes `build:SANDBOX:NAME`: removes the snapshots of that sandbox with
-/// that name, looking for a while when none is listed yet.
-pub fn undo_build(sandbox: &str, name: &str) -> Result<String> {
+/// Undoes `build:SANDBOX:NAME:MS`: removes the snapshots of that sandbox with
+/// that name made since MS, looking for a while when none is listed yet.
+pub fn undo_build(sandbox: &str, name: &str, since_ms: u64) -> Result<String> {
     let lifecycle = Lifecycle::new()?;
-    let deadline = monotonic_ms() + undo_budget();
-    let look_until = monotonic_ms() + UNDO_FIND_MS.min(undo_budget());
-    let found = loop {
-        let found = lifecycle.snapshots(Some(name), Some(sandbox))?;
-        if !found.is_empty() || monotonic_ms() + POLL_MS > look_until {
-            break found;
-        }
-        sleep_ms(POLL_MS);
-    };
-    if found.is_empty() {
-        return Ok(format!(
-            "no snapshot named `{name}` of sandbox {sandbox} appeared; if one appears later, \
-             remove it with templates.remove"
-        ));
-    }
-    let done = found
-        .iter()
-        .map(|s| remove_when_made(&lifecycle, &s.id, deadline))
-        .collect::<Result<Vec<_>>>()?;
-    Ok(done.join("; "))
+    undo::find_and_remove(
+        &undo::Wasi,
+        request::time_left_ms(),
+        || {
+            let listed = lifecycle.snapshots(Some(name), Some(sandbox))?;
+            Ok(listed
+                .into_iter()
+                .filter(|s| made_since(s, since_ms))
+                .map(|s| s.id)
+                .collect())
+        },
+        |id| removal(&lifecycle, id),
+        |secs| {
+            format!(
+                "no snapshot named `{name}` of sandbox {sandbox} appeared within {secs} s; if one \
+                 appears later, remove it with templates.remove (templates.list shows it)"
+            )
+        },
+    )
 }
 
-/// How long an undo may take: its own deadline less a margin, else 25 s.
-fn undo_budget() -> u64 {
-    request::time_left_ms().map_or(25_000, |left| left.saturating_sub(UNDO_MARGIN_MS))
+/// Whether a snapshot found by a build's sandbox and name can be the build's
+/// own: made since it began (the server's clock may be a little behind), and
+/// neither failed nor being deleted (older ones of the same name are, or
+/// were checked not to exist when the build began).
+fn made_since(s: &Snapshot, since_ms: u64) -> bool {
+    let made_ms = s
+        .created_at
+        .as_deref()
+        .and_then(parse)
+        .map(|(secs, nanos)| secs.saturating_mul(1000) + i64::from(nanos / 1_000_000));
+    let since = i64::try_from(since_ms.saturating_sub(CLOCK_SKEW_MS)).unwrap_or(i64::MAX);
+    made_ms.is_some_and(|ms| ms >= since)
+        && !matches!(s.status.state.as_str(), "Failed" | "Deleting")
 }
 
-fn remove_when_made(lifecycle: &Lifecycle, id: &str, deadline: u64) -> Result<String> {
-    loop {
-        match lifecycle.delete_snapshot(id) {
-            Ok(()) => return Ok(format!("removed snapshot {id}")),
-            Err(e) if e.is(Kind::NotFound) => return Ok(format!("snapshot {id} was already gone")),
-            Err(e) if e.is(Kind::Conflict) && monotonic_ms() + POLL_MS <= deadline => {
-                sleep_ms(POLL_MS)
-            }
-            Err(e) => {
-                let message = format!(
-                    "snapshot {id} is left ({}): remove it with templates.remove {{\"name\": \
-                     \"{id}\"}} once it is made",
-                    e.message
-                );
-                let kind = e.kind;
-                return Err(e.reworded(kind, message));
+/// One try at deleting snapshot `id` for an undo: a snapshot still being
+/// made (409 `SNAPSHOT::INVALID_STATE`) may be deleted later; any other
+/// refusal (409 `SNAPSHOT::DELETE_CONFLICT`: sandboxes use it) will not
+/// change while the undo waits.
+fn removal(lifecycle: &Lifecycle, id: &str) -> Removal {
+    match lifecycle.delete_snapshot(id) {
+        Ok(()) => Removal::Done(format!("removed snapshot {id}")),
+        Err(e) if e.is(Kind::NotFound) => Removal::Done(format!("snapshot {id} was already gone")),
+        Err(e) => {
+            let not_yet = e
+                .upstream_code()
+                .is_some_and(|c| c == "SNAPSHOT::INVALID_STATE");
+            let message = format!(
+                "snapshot {id} is left: remove it with templates.remove {{\"name\": \"{id}\"}}{} \
+                 ({})",
+                if not_yet { " once it is made" } else { "" },
+                e.message
+            );
+            let kind = e.kind;
+            let e = e.reworded(kind, message);
+            if not_yet {
+                Removal::NotYet(e)
+            } else {
+                Removal::Failed(e)
             }
         }
     }
@@ -281,6 +376,77 @@ mod tests {
             assert_eq!(e.kind, kind, "{e:?}");
             assert!(e.message.contains(words), "{words}: {e:?}");
         }
+    }
+
+    fn snap(id: &str, state: &str, at: Option<&str>) -> Snapshot {
+        Snapshot {
+            id: id.into(),
+            sandbox_id: "sb".into(),
+            name: Some("t".into()),
+            status: crate::models::Status {
+                state: state.into(),
+                reason: None,
+                message: None,
+            },
+            created_at: at.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn an_unanswered_build_owns_only_snapshots_made_since_it_began() {
+        // Began at 2026-11-18T11:06:40.250Z.
+        let since = 1_795_000_000_250;
+        for (at, state, own) in [
+            (Some("2026-11-18T11:06:41Z"), "Creating", true),
+            (Some("2026-11-18T11:06:41Z"), "Ready", true),
+            // The server's clock may be a little behind ours.
+            (Some("2026-11-18T11:06:20.250Z"), "Creating", true),
+            (Some("2026-11-18T11:06:10.249Z"), "Creating", false),
+            // An older one of the same name, failed or being deleted.
+            (Some("2026-11-18T11:06:41Z"), "Failed", false),
+            (Some("2026-11-18T11:06:41Z"), "Deleting", false),
+            (Some("2026-11-18T10:00:00Z"), "Ready", false),
+            (None, "Creating", false),
+            (Some("yesterday"), "Creating", false),
+        ] {
+            assert_eq!(
+                made_since(&snap("s", state, at), since),
+                own,
+                "{at:?} {state}"
+            );
+        }
+    }
+
+    #[test]
+    fn of_two_builds_of_one_name_the_later_gives_way() {
+        let first = snap("b-first", "Creating", Some("2026-11-18T11:06:40.1Z"));
+        let second = snap("a-second", "Creating", Some("2026-11-18T11:06:40.2Z"));
+        let named = [first.clone(), second.clone()];
+        assert_eq!(
+            earlier_rival(&second, &named).map(|s| &s.id),
+            Some(&first.id)
+        );
+        assert!(earlier_rival(&first, &named).is_none());
+        // In one second (Kubernetes' times), the smaller id wins.
+        let a = snap("a", "Creating", Some("2026-11-18T11:06:40Z"));
+        let b = snap("b", "Ready", Some("2026-11-18T11:06:40Z"));
+        let named = [a.clone(), b.clone()];
+        assert_eq!(earlier_rival(&b, &named).map(|s| &s.id), Some(&a.id));
+        assert!(earlier_rival(&a, &named).is_none());
+        // A failed or going one is no rival; neither is the build's own.
+        let failed = snap("f", "Failed", Some("2026-11-18T11:06:39Z"));
+        let going = snap("g", "Deleting", Some("2026-11-18T11:06:39Z"));
+        assert!(earlier_rival(&a, &[failed, going, a.clone()]).is_none());
+    }
+
+    #[test]
+    fn the_post_fits_in_the_hosts_deadline() {
+        assert_eq!(post_wait(None), Some(Duration::from_secs(60)));
+        assert_eq!(post_wait(Some(600_000)), Some(Duration::from_secs(60)));
+        assert_eq!(post_wait(Some(20_000)), Some(Duration::from_secs(15)));
+        assert_eq!(post_wait(Some(6_000)), Some(Duration::from_secs(1)));
+        assert_eq!(post_wait(Some(5_999)), None);
+        assert_eq!(post_wait(Some(0)), None);
     }
 
     #[test]
