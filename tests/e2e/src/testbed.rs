@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A running lifecycle server.
 pub struct Testbed {
@@ -19,25 +19,45 @@ static TESTBED: OnceLock<Testbed> = OnceLock::new();
 static CHILD_PGID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
 extern "C" fn stop_testbed() {
-    let pgid = CHILD_PGID.load(std::sync::atomic::Ordering::SeqCst);
+    let pgid = CHILD_PGID.swap(0, std::sync::atomic::Ordering::SeqCst);
     if pgid > 0 {
-        // SAFETY: plain syscalls on a process group this process created.
-        unsafe {
-            libc::kill(-pgid, libc::SIGTERM);
-        }
-        // The testbed stops its sandboxes on SIGTERM; give it a moment.
-        for _ in 0..100 {
-            std::thread::sleep(Duration::from_millis(50));
-            // SAFETY: probing a process group we own.
-            if unsafe { libc::kill(-pgid, 0) } != 0 {
-                return;
-            }
-        }
-        // SAFETY: as above.
-        unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
-        }
+        // The testbed stops its sandboxes on SIGTERM (at worst 15 s for the server,
+        // 5 s for what is left).
+        stop_process_group(pgid, Duration::from_secs(30));
     }
+}
+
+/// SIGTERM to the process group `pgid`, whose leader (pid `pgid`) is a child of this
+/// process; waits up to `patience` for every member to be gone, then SIGKILLs what is
+/// left. The leader is reaped on the way (unreaped, it would count as a member until
+/// this process exits). Whether the group ended on its own.
+fn stop_process_group(pgid: i32, patience: Duration) -> bool {
+    // SAFETY: plain syscalls on a process group this process created.
+    unsafe {
+        libc::kill(-pgid, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + patience;
+    loop {
+        // SAFETY: reaping our own child (std's Child is never waited for after this),
+        // then probing its group.
+        let gone = unsafe {
+            libc::waitpid(pgid, std::ptr::null_mut(), libc::WNOHANG);
+            libc::kill(-pgid, 0) != 0
+        };
+        if gone {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: as above; whatever is left of the group goes.
+    unsafe {
+        libc::kill(-pgid, libc::SIGKILL);
+        libc::waitpid(pgid, std::ptr::null_mut(), 0);
+    }
+    false
 }
 
 /// The shared testbed of this test binary.
@@ -57,13 +77,18 @@ impl Testbed {
     fn start() -> Testbed {
         // Recognisable, for the secrets sweep (see `secrets`).
         let api_key = format!("KEY-{}-SECRET", crate::secrets::token());
-        let (child, ready) = launch(&["--port", "0", "--api-key", &api_key], true, |child| {
-            CHILD_PGID.store(child.id() as i32, std::sync::atomic::Ordering::SeqCst);
-            // SAFETY: registering a plain extern "C" function.
-            unsafe {
-                libc::atexit(stop_testbed);
-            }
-        });
+        let (child, ready) = launch(
+            &["--port", "0", "--api-key", &api_key],
+            true,
+            |_| {},
+            |child| {
+                CHILD_PGID.store(child.id() as i32, std::sync::atomic::Ordering::SeqCst);
+                // SAFETY: registering a plain extern "C" function.
+                unsafe {
+                    libc::atexit(stop_testbed);
+                }
+            },
+        );
         match ready {
             Ok((url, _)) => Testbed {
                 url,
@@ -140,7 +165,7 @@ impl PrivateTestbed {
             state.to_str().expect("UTF-8 temp dir"),
         ];
         args.extend(options.iter().map(String::as_str));
-        let (mut child, ready) = launch(&args, false, |_| {});
+        let (mut child, ready) = launch(&args, false, |_| {}, |_| {});
         match ready {
             Ok((url, _)) => (child, url),
             Err(seen) => {
@@ -176,19 +201,28 @@ impl Drop for PrivateTestbed {
 /// line printed when it never came.
 type Launched = Result<(String, Vec<String>), Vec<String>>;
 
-/// Runs `tests/testbed/testbed start <args>` in its own process group (so one
-/// signal stops the server and every sandbox) and waits up to 180 s for its
+/// Runs `tests/testbed/testbed start --exit-on-eof <args>` in its own process group
+/// (so one signal stops the server and every sandbox) and waits up to 180 s for its
 /// "ready at" line: the URL and the lines before it, or every line it printed.
-/// `spawned` runs before the wait (to register cleanup); `echo` copies its
-/// output to stderr.
+/// `configure` adds to the command (environment); `spawned` runs before the wait
+/// (to register cleanup); `echo` copies its output to stderr. Its stdin is a pipe
+/// whose writing end the returned `Child` holds: when this process ends however it
+/// ends (a Ctrl-C of `cargo test` runs no atexit hook), the testbed reads end of file
+/// and stops itself.
 // The child is stopped by the callers (atexit hook or `stop_group`), not here.
 #[allow(clippy::zombie_processes)]
-fn launch(args: &[&str], echo: bool, spawned: impl FnOnce(&Child)) -> (Child, Launched) {
+fn launch(
+    args: &[&str],
+    echo: bool,
+    configure: impl FnOnce(&mut Command),
+    spawned: impl FnOnce(&Child),
+) -> (Child, Launched) {
     let script = crate::repo_root().join("tests/testbed/testbed");
     let mut cmd = Command::new(&script);
-    cmd.arg("start")
+    configure(&mut cmd);
+    cmd.args(["start", "--exit-on-eof"])
         .args(args)
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     use std::os::unix::process::CommandExt;
@@ -265,27 +299,38 @@ struct DockerTier {
 
 static DOCKER: OnceLock<DockerTier> = OnceLock::new();
 static DOCKER_PGID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+/// The state folder of the Docker tier this process started (the testbed's own
+/// temporary folder, from its `state:` line).
+static DOCKER_STATE: OnceLock<PathBuf> = OnceLock::new();
 
 extern "C" fn stop_docker_testbed() {
-    let pgid = DOCKER_PGID.load(std::sync::atomic::Ordering::SeqCst);
+    let pgid = DOCKER_PGID.swap(0, std::sync::atomic::Ordering::SeqCst);
     if pgid > 0 {
-        // SAFETY: plain syscalls on a process group this process created.
-        unsafe {
-            libc::kill(-pgid, libc::SIGTERM);
-        }
-        // It removes every container and stops its engine first: a few seconds.
-        for _ in 0..600 {
-            std::thread::sleep(Duration::from_millis(50));
-            // SAFETY: probing a process group we own.
-            if unsafe { libc::kill(-pgid, 0) } != 0 {
-                return;
-            }
-        }
-        // SAFETY: as above.
-        unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
+        // It removes every container and stops its engine: 2 to 3 s, about 2 min at
+        // worst (see cleanup in tests/testbed/testbed).
+        stop_process_group(pgid, Duration::from_secs(150));
+    }
+    let Some(state) = DOCKER_STATE.get() else {
+        return;
+    };
+    // Killed, or its own sweep failed: what its engine left, from its engine.env; then
+    // the folder (the testbed removes it when it stops on its own).
+    if state.join("docker/engine.env").exists() {
+        let swept = Command::new(crate::repo_root().join("tests/testbed/testbed"))
+            .arg("sweep")
+            .arg(state)
+            .stdin(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !swept {
+            eprintln!(
+                "[testbed] the Docker tier's engine was not removed completely: testbed sweep {}",
+                state.display()
+            );
+            return;
         }
     }
+    let _ = std::fs::remove_dir_all(state);
 }
 
 fn docker_tier() -> &'static DockerTier {
@@ -330,13 +375,34 @@ impl DockerTier {
         } else {
             args.extend(["--api-key", api_key.as_str()]);
         }
-        let (child, ready) = launch(&args, true, |child| {
-            DOCKER_PGID.store(child.id() as i32, std::sync::atomic::Ordering::SeqCst);
-            // SAFETY: registering a plain extern "C" function.
-            unsafe {
-                libc::atexit(stop_docker_testbed);
-            }
-        });
+        // Its state folder is its own (removed when it stops, a stop at end of file on
+        // stdin included), under /tmp, not $TMPDIR: the engine's socket paths have a
+        // length limit. It names it before the engine starts; the exit hook sweeps it
+        // after a SIGKILL.
+        let (child, ready) = launch(
+            &args,
+            true,
+            |cmd| {
+                cmd.env("TMPDIR", "/tmp");
+            },
+            |child| {
+                DOCKER_PGID.store(child.id() as i32, std::sync::atomic::Ordering::SeqCst);
+                // SAFETY: registering a plain extern "C" function.
+                unsafe {
+                    libc::atexit(stop_docker_testbed);
+                }
+            },
+        );
+        let lines = match &ready {
+            Ok((_, lines)) | Err(lines) => lines,
+        };
+        // testbed: state: /tmp/opensandbox-testbed.XXXXXX (removed on exit)
+        if let Some(state) = lines.iter().find_map(|l| {
+            let (_, rest) = l.split_once("testbed: state: ")?;
+            Some(PathBuf::from(rest.split(" (").next()?))
+        }) {
+            let _ = DOCKER_STATE.set(state);
+        }
         let Ok((url, lines)) = ready else {
             stop_docker_testbed();
             panic!(

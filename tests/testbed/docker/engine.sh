@@ -22,6 +22,11 @@ ENGINE_NEW_DIRS= # system folders dockerd makes that were not there before (remo
 # The preference of the routing rule that refuses to route anything arriving on the
 # bridge (after the local table's 0, before anything that could route it).
 ENGINE_RULE_PREF=10
+# Every engine of this machine while it exists: <token>.env, its engine.env plus its
+# folder and the testbed that owns it (pid and start time); `testbed sweep --stale`
+# removes the engines whose owner is gone. In /run: a reboot clears it, as it clears
+# what it describes.
+ENGINE_REGISTRY=/run/opensandbox-testbed
 
 # The images (the server config names the first and the last; the provider's
 # templates `base` and `code` name the two in the middle).
@@ -184,6 +189,11 @@ engine_sweep() {
 		[[ -d $dir ]] || continue
 		find "$dir" -depth -type d -empty -delete 2>/dev/null || true
 	done
+	# Nothing of it left: it leaves the registry (else `sweep --stale` tries again).
+	if ((failed == 0)); then
+		rm -f "$ENGINE_REGISTRY/$ENGINE_TOKEN.env"
+		rmdir "$ENGINE_REGISTRY" 2>/dev/null || true
+	fi
 	return "$failed"
 }
 
@@ -214,13 +224,62 @@ engine_isolate_bridge() {
 	ip rule add pref "$ENGINE_RULE_PREF" iif "$ENGINE_BRIDGE" unreachable
 }
 
+# engine_proc_start PID: when PID started (clock ticks after boot; nothing if it is
+# gone or a zombie): a pid and its start time name one process, even after the pid
+# is reused.
+engine_proc_start() {
+	local stat fields
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+	read -ra fields <<<"${stat##*) }"
+	[[ ${fields[0]} == [ZX] ]] && return 0 # fields[0] is field 3, the state
+	echo "${fields[19]}"                 # field 22
+}
+
+# Writes $ENGINE_DIR/engine.env (what `testbed sweep DIR` reads) and this engine's
+# entry in $ENGINE_REGISTRY (the same, plus the folder and the owner: this shell).
 engine_record() {
-	{
+	local env
+	env=$(
 		printf 'ENGINE_TOKEN=%q\n' "$ENGINE_TOKEN"
 		printf 'ENGINE_BRIDGE=%q\n' "$ENGINE_BRIDGE"
 		printf 'ENGINE_NET=%q\n' "$ENGINE_NET"
 		printf 'ENGINE_NEW_DIRS=%q\n' "$ENGINE_NEW_DIRS"
-	} >"$ENGINE_DIR/engine.env"
+	)
+	printf '%s\n' "$env" >"$ENGINE_DIR/engine.env"
+	mkdir -p "$ENGINE_REGISTRY"
+	{
+		printf '%s\n' "$env"
+		printf 'ENGINE_DIR=%q\n' "$ENGINE_DIR"
+		printf 'ENGINE_OWNER=%q\n' "$$"
+		printf 'ENGINE_OWNER_START=%q\n' "$(engine_proc_start "$$")"
+	} >"$ENGINE_REGISTRY/$ENGINE_TOKEN.env"
+}
+
+# engine_sweep_stale: sweeps every registered engine whose testbed is gone (killed
+# with SIGKILL, or its parent with it, so that nobody stopped it); logs each one.
+engine_sweep_stale() {
+	local f failed=0
+	for f in "$ENGINE_REGISTRY"/*.env; do
+		[[ -f $f ]] || continue
+		(
+			ENGINE_TOKEN='' ENGINE_BRIDGE='' ENGINE_NET='' ENGINE_NEW_DIRS='' ENGINE_DIR='' ENGINE_OWNER='' ENGINE_OWNER_START=''
+			# shellcheck disable=SC1090
+			. "$f"
+			if [[ -n $ENGINE_OWNER && $(engine_proc_start "$ENGINE_OWNER") == "$ENGINE_OWNER_START" ]]; then
+				exit 0
+			fi
+			log "docker: removing the engine osbtb-$ENGINE_TOKEN of testbed pid $ENGINE_OWNER, which is gone ($ENGINE_DIR)"
+			# Its folder may hold a newer run's engine by now: then only what carries its token.
+			if [[ -f $ENGINE_DIR/engine.env ]] && ! grep -qxF "ENGINE_TOKEN=$ENGINE_TOKEN" "$ENGINE_DIR/engine.env"; then
+				ENGINE_DIR=
+			fi
+			engine_sweep || exit 1
+			if [[ -n $ENGINE_DIR ]]; then
+				rm -rf "$ENGINE_DIR" || { log "warning: could not remove $ENGINE_DIR"; exit 1; }
+			fi
+		) || failed=1
+	done
+	return "$failed"
 }
 
 # engine_start STATE_DIR: dockerd on STATE_DIR/docker/engine.sock, ready to answer.
