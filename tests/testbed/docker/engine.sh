@@ -56,31 +56,99 @@ engine_static_busybox() {
 	return 1
 }
 
-# Installs docker.io and busybox-static (Debian) when missing, without letting the
-# package start its own daemon (policy-rc.d answers 101 while apt runs).
+# What keeps apt from starting the package's daemon while it installs (exit 101).
+ENGINE_POLICY_RC=/usr/sbin/policy-rc.d
+
+# Installs docker.io, busybox-static, iproute2 and (with AppArmor on) apparmor
+# (Debian) when missing, without letting the package start its own daemon
+# (policy-rc.d answers 101 while apt runs, removed however apt ends), then checks
+# that every command the tier runs is there.
 engine_install() {
-	local pkgs=()
+	local pkgs=() apparmor=0
 	if ! command -v dockerd >/dev/null || ! command -v docker >/dev/null || ! command -v docker-proxy >/dev/null; then
 		pkgs+=(docker.io)
 	fi
 	engine_static_busybox >/dev/null || pkgs+=(busybox-static)
 	command -v ip >/dev/null || pkgs+=(iproute2)
-	((${#pkgs[@]})) || return 0
-	command -v apt-get >/dev/null || die "the Docker tier needs ${pkgs[*]} (Debian packages) and apt-get is not here"
-	log "installing ${pkgs[*]} (Debian) ..."
-	local guard=/usr/sbin/policy-rc.d own_guard=0 rc=0 t0=$SECONDS
-	if [[ ! -e $guard ]]; then
-		printf '#!/bin/sh\n# testbed: no service starts while apt installs the Docker tier\nexit 101\n' >"$guard"
-		chmod 755 "$guard"
-		own_guard=1
+	# With AppArmor on, dockerd 20.10 loads its profile with apparmor_parser.
+	[[ $(cat /sys/module/apparmor/parameters/enabled 2>/dev/null || true) == Y ]] && apparmor=1
+	if ((apparmor)) && ! command -v apparmor_parser >/dev/null; then pkgs+=(apparmor); fi
+	if ((${#pkgs[@]})); then
+		command -v apt-get >/dev/null || die "the Docker tier needs ${pkgs[*]} (Debian packages) and apt-get is not here"
+		log "installing ${pkgs[*]} (Debian) ..."
+		local rc=0 t0=$SECONDS
+		# A subshell: its traps remove the guard it made however apt ends (Ctrl-C too).
+		(
+			guard=$ENGINE_POLICY_RC
+			if [[ ! -e $guard ]]; then
+				trap 'rm -f "$guard"' EXIT
+				trap 'exit 130' INT
+				trap 'exit 143' TERM
+				printf '#!/bin/sh\n# testbed: no service starts while apt installs the Docker tier\nexit 101\n' >"$guard"
+				chmod 755 "$guard"
+			fi
+			# Another apt may hold the lock for a while (unattended upgrades).
+			local apt=(apt-get -o DPkg::Lock::Timeout=120)
+			{
+				DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y -qq --no-install-recommends "${pkgs[@]}" ||
+					{ "${apt[@]}" update -qq && DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y -qq --no-install-recommends "${pkgs[@]}"; }
+			} >&2
+		) || rc=$?
+		((rc == 0)) || die "installing ${pkgs[*]} failed (apt-get exit $rc)"
+		log "installed ${pkgs[*]} in $((SECONDS - t0)) s"
+		[[ " ${pkgs[*]} " == *" docker.io "* ]] && engine_quiet_system_docker
 	fi
-	{
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}" ||
-			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}"; }
-	} >&2 || rc=$?
-	((own_guard)) && rm -f "$guard"
-	((rc == 0)) || die "installing ${pkgs[*]} failed"
-	log "installed ${pkgs[*]} in $((SECONDS - t0)) s"
+	local c
+	for c in dockerd docker docker-proxy ip; do
+		command -v "$c" >/dev/null || die "the Docker tier needs $c and it is not on PATH${pkgs[*]:+ after installing ${pkgs[*]}}"
+	done
+	engine_static_busybox >/dev/null || die "the Docker tier needs a static busybox (/bin/busybox or /usr/bin/busybox, Debian's busybox-static)${pkgs[*]:+; none after installing ${pkgs[*]}}"
+	if ((apparmor)) && ! command -v apparmor_parser >/dev/null; then
+		die "AppArmor is on and apparmor_parser is not on PATH: dockerd 20.10 needs it (Debian's apparmor)"
+	fi
+	return 0
+}
+
+# docker.io enables docker.service and docker.socket: on a systemd machine the next
+# boot (or a connect to /run/docker.sock) would start a daemon of the system's own,
+# which the tier never uses. Disabled (not stopped: policy-rc.d kept them from
+# starting) right after the tier installed the package.
+engine_quiet_system_docker() {
+	[[ $(cat /proc/1/comm 2>/dev/null || true) == systemd ]] || return 0
+	command -v systemctl >/dev/null || return 0
+	if systemctl disable --quiet docker.service docker.socket 2>/dev/null; then
+		log "disabled docker.service and docker.socket, which docker.io enabled (the tier runs a dockerd of its own; systemctl enable to have the system's)"
+	else
+		log "warning: docker.io enabled docker.service/docker.socket and they could not be disabled (systemctl disable docker.service docker.socket)"
+	fi
+}
+
+# Refuses, with a message that says why, what would otherwise end in a runc or
+# netlink error: no cgroups to give containers (cgroup v2 with this shell in the root
+# cgroup: a container whose cgroup namespace is not set up for nesting), missing
+# capabilities (in a container started without --privileged). Before engine_install.
+engine_check_host() {
+	local fs
+	fs=$(stat -fc %T /sys/fs/cgroup 2>/dev/null || true)
+	if [[ $fs == cgroup2fs && $(cat /proc/self/cgroup 2>/dev/null || true) == "0::/" ]]; then
+		die "cgroup v2 and this process is in the root cgroup (as in a container): dockerd cannot put containers in cgroups of their own there (runc would fail). Move the processes into a child cgroup first (as docker:dind does: mkdir /sys/fs/cgroup/init and write each pid of /sys/fs/cgroup/cgroup.procs to /sys/fs/cgroup/init/cgroup.procs), or run on the host"
+	fi
+	local eff missing=() bit name
+	eff=$(awk '/^CapEff:/ {print $2}' /proc/self/status)
+	for bit in 12:CAP_NET_ADMIN 21:CAP_SYS_ADMIN; do
+		name=${bit#*:}
+		(((16#$eff >> ${bit%%:*}) & 1)) || missing+=("$name")
+	done
+	((${#missing[@]} == 0)) || die "the Docker tier needs ${missing[*]} (bridges, routing rules, mounts, namespaces) and this process lacks it (a container without --privileged?)"
+}
+
+# After engine_install (ip): a bridge can be made here.
+engine_probe_link() {
+	local probe=osbtbp$$ err
+	if ! err=$(ip link add "$probe" type bridge 2>&1); then
+		die "cannot create a network link (ip link add $probe type bridge: $err): the Docker tier makes a bridge of its own; it needs CAP_NET_ADMIN in the host's network namespace and bridge support in the kernel"
+	fi
+	ip link delete "$probe" 2>/dev/null || log "warning: could not delete the probe link $probe"
 }
 
 # A 172.30.N.0/24 no route of this machine uses.
@@ -323,7 +391,7 @@ engine_start() {
 		--pidfile "$ENGINE_DIR/dockerd.pid" -H "unix://$ENGINE_SOCK" \
 		--config-file "$ENGINE_DIR/daemon.json" \
 		--containerd-namespace "osbtb-$ENGINE_TOKEN" --containerd-plugins-namespace "osbtb-$ENGINE_TOKEN-plugins" \
-		--cgroup-parent "/osbtb-$ENGINE_TOKEN" \
+		--exec-opt native.cgroupdriver=cgroupfs --cgroup-parent "/osbtb-$ENGINE_TOKEN" \
 		--bridge "$ENGINE_BRIDGE" --iptables=false --ip6tables=false --ip-masq=false --ip-forward=false \
 		--userland-proxy=true --dns 127.0.0.1 --shutdown-timeout 3 --log-level warn \
 		</dev/null >"$ENGINE_DIR/dockerd.log" 2>&1 &
