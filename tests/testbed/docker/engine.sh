@@ -151,15 +151,44 @@ engine_probe_link() {
 	ip link delete "$probe" 2>/dev/null || log "warning: could not delete the probe link $probe"
 }
 
-# A 172.30.N.0/24 no route of this machine uses.
+# A 172.30.N.0/24 that overlaps no route of this machine in any table (a covering
+# 172.30.0.0/16 or 172.16.0.0/12 too; the default route aside). Under engine_lock,
+# with the bridge made before it is released, so that two engines never pick one.
 engine_free_net() {
-	local routes n
-	routes=$(ip -4 route show 2>/dev/null; ip -4 addr show 2>/dev/null)
-	for _ in $(seq 1 64); do
-		n=$((RANDOM % 250 + 1))
-		grep -q "172\.30\.$n\." <<<"$routes" || { echo "172.30.$n"; return 0; }
-	done
-	die "no free 172.30.N.0/24 subnet for the engine's bridge"
+	local routes
+	routes=$(ip -j -4 route show table all) || die "ip -j route failed"
+	"${PYTHON:-python3}" -c '
+import ipaddress, json, random, sys
+taken = []
+for r in json.loads(sys.argv[1] or "[]"):
+    dst = r.get("dst", "default")
+    if dst == "default":
+        continue
+    net = ipaddress.ip_network(dst, strict=False)
+    if net.prefixlen:
+        taken.append(net)
+free = [n for n in range(1, 255)
+        if not any(ipaddress.ip_network(f"172.30.{n}.0/24").overlaps(t) for t in taken)]
+if not free:
+    cover = [str(t) for t in taken if t.overlaps(ipaddress.ip_network("172.30.0.0/16"))]
+    sys.exit("no free 172.30.N.0/24 for the engine'"'"'s bridge (routes here: %s)" % ", ".join(cover[:8]))
+print("172.30.%d" % random.choice(free))' "$routes" || die "no subnet for the engine's bridge (above)"
+}
+
+# engine_lock / engine_unlock: one testbed at a time chooses a subnet and makes its
+# bridge (a few ms), machine-wide. The (empty) lock file stays: removing it would let
+# two testbeds lock two different files.
+ENGINE_LOCK=/run/lock/opensandbox-testbed.lock
+ENGINE_LOCK_FD=
+engine_lock() {
+	mkdir -p "$(dirname "$ENGINE_LOCK")"
+	exec {ENGINE_LOCK_FD}>"$ENGINE_LOCK"
+	flock -w 60 "$ENGINE_LOCK_FD" ||
+		die "another testbed has held $ENGINE_LOCK for 60 s (it is held while a subnet is chosen and the bridge made): is one stuck?"
+}
+engine_unlock() {
+	exec {ENGINE_LOCK_FD}>&-
+	ENGINE_LOCK_FD=
 }
 
 # Pids of processes (not this shell) with an argument that matches the extended
@@ -217,12 +246,19 @@ engine_sweep() {
 			esac
 		done
 	fi
-	# docker-proxy processes of a killed dockerd, by the container address they relay to.
+	# docker-proxy processes of a killed dockerd, by the container address they relay
+	# to; not one whose parent is a live dockerd of another folder (another engine that
+	# got this subnet after this one's bridge was gone).
 	if [[ -n $ENGINE_NET ]]; then
+		local parent
 		for p in $(engine_pids_with_arg "$(engine_regex_quote "$ENGINE_NET")\.[0-9]+"); do
-			if [[ $(cat "/proc/$p/comm" 2>/dev/null || true) == docker-proxy ]]; then
-				engine_kill "$p" || failed=1
+			[[ $(cat "/proc/$p/comm" 2>/dev/null || true) == docker-proxy ]] || continue
+			parent=$(engine_ppid "$p")
+			if [[ -n $parent && $(cat "/proc/$parent/comm" 2>/dev/null || true) == dockerd ]] &&
+				! { [[ -n $ENGINE_DIR ]] && tr '\0' '\n' <"/proc/$parent/cmdline" 2>/dev/null | grep -qF -- "$ENGINE_DIR/"; }; then
+				continue
 			fi
+			engine_kill "$p" || failed=1
 		done
 	fi
 	# Mounts under the engine's folders (overlays, shm, network namespaces), deepest first.
@@ -253,16 +289,44 @@ engine_sweep() {
 		find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true
 		[[ -d $cg ]] && { log "warning: could not remove the cgroup $cg"; failed=1; }
 	done
-	for dir in $ENGINE_NEW_DIRS; do
-		[[ -d $dir ]] || continue
-		find "$dir" -depth -type d -empty -delete 2>/dev/null || true
-	done
+	engine_remove_made_dirs
 	# Nothing of it left: it leaves the registry (else `sweep --stale` tries again).
 	if ((failed == 0)); then
 		rm -f "$ENGINE_REGISTRY/$ENGINE_TOKEN.env"
 		rmdir "$ENGINE_REGISTRY" 2>/dev/null || true
 	fi
 	return "$failed"
+}
+
+# The empty system folders dockerd made (ENGINE_NEW_DIRS: /run/docker,
+# /run/containerd, …), unless another dockerd or containerd runs (another engine's or
+# the system's may use them, empty or not): then they are handed on in
+# $ENGINE_REGISTRY/made-dirs, which the sweep that finds no other daemon removes.
+engine_remove_made_dirs() {
+	local list=$ENGINE_REGISTRY/made-dirs made=$ENGINE_NEW_DIRS dir p
+	[[ -f $list ]] && made+=" $(cat "$list" 2>/dev/null || true)"
+	[[ -n ${made// /} ]] || return 0
+	for p in $(pgrep -x 'dockerd|containerd' || true); do
+		if [[ -n $(engine_proc_start "$p") ]]; then # not a zombie
+			mkdir -p "$ENGINE_REGISTRY"
+			# shellcheck disable=SC2086 # a list of paths without spaces
+			printf '%s\n' $made | sort -u >"$list.new" && mv "$list.new" "$list"
+			return 0
+		fi
+	done
+	for dir in $made; do
+		[[ -d $dir ]] || continue
+		find "$dir" -depth -type d -empty -delete 2>/dev/null || true
+	done
+	rm -f "$list"
+}
+
+# engine_ppid PID: its parent's pid (nothing if it is gone).
+engine_ppid() {
+	local stat fields
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+	read -ra fields <<<"${stat##*) }"
+	echo "${fields[1]}" # field 4
 }
 
 # engine_kill PID: SIGKILL, fine when it is gone already; logs (status 1) when it stays.
@@ -367,17 +431,19 @@ engine_start() {
 	((${#ENGINE_DIR} <= 60)) || die "--state-dir is too long for the engine's sockets (${#ENGINE_DIR} > 60 bytes with /docker): pick a shorter one"
 	ENGINE_TOKEN=$(random_token | cut -c1-8)
 	ENGINE_BRIDGE=osbtb-$ENGINE_TOKEN
-	ENGINE_NET=$(engine_free_net)
 	ENGINE_NEW_DIRS=
 	local d
 	for d in /etc/docker /run/docker /run/containerd /var/lib/docker; do
 		[[ -e $d ]] || ENGINE_NEW_DIRS+=" $d"
 	done
+	engine_lock
+	ENGINE_NET=$(engine_free_net)
 	engine_record
 	ip link add "$ENGINE_BRIDGE" type bridge
 	ip addr add "$ENGINE_NET.1/24" dev "$ENGINE_BRIDGE"
 	ip link set "$ENGINE_BRIDGE" up
 	engine_isolate_bridge
+	engine_unlock
 	# Its trust key stays in the folder too (else /etc/docker/key.json).
 	printf '{"deprecated-key-path": "%s/key.json"}\n' "$ENGINE_DIR" >"$ENGINE_DIR/daemon.json"
 	# No pull can leave the machine: registry traffic goes to a closed loopback port
