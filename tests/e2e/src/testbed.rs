@@ -15,7 +15,7 @@ pub struct Testbed {
     child: Option<Child>,
 }
 
-static TESTBED: OnceLock<Testbed> = OnceLock::new();
+static TESTBED: OnceLock<Result<Testbed, String>> = OnceLock::new();
 static CHILD_PGID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
 extern "C" fn stop_testbed() {
@@ -24,6 +24,31 @@ extern "C" fn stop_testbed() {
         // The testbed stops its sandboxes on SIGTERM (at worst 15 s for the server,
         // 5 s for what is left).
         stop_process_group(pgid, Duration::from_secs(30));
+    }
+}
+
+/// The value `init` makes, once per process: when it panics (a testbed that did not
+/// start), the failure is what every later call gets, at once, rather than another
+/// start and another wait of up to 180 s per test.
+fn once<T>(
+    cell: &'static OnceLock<Result<T, String>>,
+    what: &str,
+    init: impl FnOnce() -> T + std::panic::UnwindSafe,
+) -> &'static T {
+    let mut first = false;
+    let got = cell.get_or_init(|| {
+        first = true;
+        std::panic::catch_unwind(init).map_err(|e| {
+            e.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "a panic".to_string())
+        })
+    });
+    match got {
+        Ok(v) => v,
+        Err(e) if first => panic!("{e}"),
+        Err(e) => panic!("the {what} failed to start earlier in this test binary: {e}"),
     }
 }
 
@@ -62,13 +87,15 @@ fn stop_process_group(pgid: i32, patience: Duration) -> bool {
 
 /// The shared testbed of this test binary.
 pub fn testbed() -> &'static Testbed {
-    TESTBED.get_or_init(|| match std::env::var("EPP_TESTBED_URL") {
-        Ok(url) => Testbed {
-            url,
-            api_key: std::env::var("EPP_TESTBED_KEY").unwrap_or_default(),
-            child: None,
-        },
-        Err(_) => Testbed::start(),
+    once(&TESTBED, "testbed", || {
+        match std::env::var("EPP_TESTBED_URL") {
+            Ok(url) => Testbed {
+                url,
+                api_key: std::env::var("EPP_TESTBED_KEY").unwrap_or_default(),
+                child: None,
+            },
+            Err(_) => Testbed::start(),
+        }
     })
 }
 
@@ -97,7 +124,9 @@ impl Testbed {
             },
             Err(_) => {
                 stop_testbed();
-                panic!("the testbed did not become ready within 180 s (see [testbed] lines above)");
+                panic!(
+                    "the testbed did not become ready (it exited, or 180 s passed: see [testbed] lines above)"
+                );
             }
         }
     }
@@ -246,6 +275,9 @@ fn launch(
             }
         });
     }
+    // Only the readers send: once both streams end (the testbed exited), the wait
+    // below ends too, rather than after 180 s.
+    drop(tx);
     let deadline = std::time::Instant::now() + Duration::from_secs(180);
     let mut seen = Vec::new();
     loop {
@@ -297,7 +329,7 @@ struct DockerTier {
     volumes: PathBuf,
 }
 
-static DOCKER: OnceLock<DockerTier> = OnceLock::new();
+static DOCKER: OnceLock<Result<DockerTier, String>> = OnceLock::new();
 static DOCKER_PGID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 /// The state folder of the Docker tier this process started (the testbed's own
 /// temporary folder, from its `state:` line).
@@ -334,26 +366,28 @@ extern "C" fn stop_docker_testbed() {
 }
 
 fn docker_tier() -> &'static DockerTier {
-    DOCKER.get_or_init(|| match std::env::var("EPP_DOCKER_TESTBED_URL") {
-        Ok(url) => {
-            let var = |name: &str| {
-                std::env::var(name).unwrap_or_else(|_| {
+    once(&DOCKER, "Docker tier", || {
+        match std::env::var("EPP_DOCKER_TESTBED_URL") {
+            Ok(url) => {
+                let var = |name: &str| {
+                    std::env::var(name).unwrap_or_else(|_| {
                     panic!(
                         "EPP_DOCKER_TESTBED_URL is set but {name} is not (scripts/e2e sets both)"
                     )
                 })
-            };
-            DockerTier {
-                testbed: Testbed {
-                    url,
-                    api_key: std::env::var("EPP_DOCKER_TESTBED_KEY").unwrap_or_default(),
-                    child: None,
-                },
-                host: var("EPP_DOCKER_HOST"),
-                volumes: PathBuf::from(var("EPP_DOCKER_TESTBED_VOLUMES")),
+                };
+                DockerTier {
+                    testbed: Testbed {
+                        url,
+                        api_key: std::env::var("EPP_DOCKER_TESTBED_KEY").unwrap_or_default(),
+                        child: None,
+                    },
+                    host: var("EPP_DOCKER_HOST"),
+                    volumes: PathBuf::from(var("EPP_DOCKER_TESTBED_VOLUMES")),
+                }
             }
+            Err(_) => DockerTier::start(),
         }
-        Err(_) => DockerTier::start(),
     })
 }
 
@@ -406,7 +440,7 @@ impl DockerTier {
         let Ok((url, lines)) = ready else {
             stop_docker_testbed();
             panic!(
-                "the Docker testbed did not become ready within 180 s (see [testbed] lines above)"
+                "the Docker testbed did not become ready (it exited, or 180 s passed: see [testbed] lines above)"
             );
         };
         // testbed: docker: engine DOCKER_HOST=unix://…; host paths for volumes under /…/volumes

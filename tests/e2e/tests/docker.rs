@@ -132,12 +132,15 @@ fn pause_resume(mode: Mode) {
         !out.status.success(),
         "docker exec ran in a paused container"
     );
-    let frozen_at = read_ticks_paused(&id);
     host.fails("sandbox.pause", json!({"sandbox_id": id}), "E4009");
+    let frozen_at = read_ticks_paused(&id);
+    // A measurement window, not synchronisation: a counter that ticks every 50 ms
+    // would move about 10 times in it if the pause did not freeze the container.
+    std::thread::sleep(Duration::from_millis(500));
     assert_eq!(
         read_ticks_paused(&id),
         frozen_at,
-        "the counter moved while paused"
+        "the counter moved in 0.5 s while paused"
     );
 
     let resumed = host.ok("sandbox.resume", json!({"sandbox_id": id}));

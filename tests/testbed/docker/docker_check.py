@@ -13,7 +13,8 @@ ip_forward 0 and 1), the host's own services are reachable at the bridge's addre
 
 Environment: OPEN_SANDBOX_DOMAIN, OPEN_SANDBOX_API_KEY, DOCKER_HOST (the engine),
 TESTBED_DOCKER_VOLUMES (the allowed host folder). Run with the server venv's
-Python (it has the docker SDK). Exits non-zero at the first mismatch.
+Python (it has the docker SDK). Each part stops at its first mismatch and the next
+part runs; it exits non-zero when any part had one (each is printed).
 """
 
 from __future__ import annotations
@@ -160,8 +161,15 @@ def part_snapshot() -> None:
         time.sleep(0.2)
         status, snap = call("GET", f"/snapshots/{snap_id}")
     check(snap["status"]["state"] == "Ready", f"snapshot Ready ({snap['status']})")
-    image = ENGINE.images.get(f"opensandbox-snapshots:{snap_id}")
-    check(image is not None, "a docker commit: image opensandbox-snapshots:<id>")
+    try:
+        image = ENGINE.images.get(f"opensandbox-snapshots:{snap_id}")
+    except ImageNotFound:
+        image = None
+    check(image is not None and f"opensandbox-snapshots:{snap_id}" in image.tags,
+          f"the engine has the image opensandbox-snapshots:{snap_id}")
+    # A committed image names the container it was made from.
+    check(image.attrs.get("Container") == container(sid).id,
+          f"a docker commit of the sandbox's container ({image.attrs.get('Container')})")
     status, resp = call("POST", "/sandboxes", {"snapshotId": snap_id, "entrypoint": ["tail", "-f", "/dev/null"],
                                                "timeout": 600, "resourceLimits": {}})
     check(status == 202, f"create from the snapshot ({status} {resp})")
@@ -191,7 +199,14 @@ def part_volumes() -> None:
     claim = f"testbed-check-{uuid.uuid4().hex[:8]}"
     pvc = [{"name": "named", "pvc": {"claimName": claim, "createIfNotExists": True}, "mountPath": "/named"}]
     first = create(volumes=pvc)
-    check(ENGINE.volumes.get(claim) is not None, "a named volume: created in the engine")
+    try:
+        volume = ENGINE.volumes.get(claim)
+    except NotFound:
+        volume = None
+    check(volume is not None, f"a named volume: {claim} created in the engine")
+    mounts = container(first).attrs["Mounts"]
+    check(any(m.get("Type") == "volume" and m.get("Name") == claim and m.get("Destination") == "/named"
+              for m in mounts), f"and mounted at /named ({mounts})")
     run_in(first, "echo shared > /named/f.txt")
     second = create(volumes=pvc)
     check(run_in(second, "cat /named/f.txt") == "shared\n", "a second sandbox sees what the first wrote")
@@ -340,9 +355,14 @@ def part_egress() -> None:
     main = container(sid)
     check(main.attrs["HostConfig"]["NetworkMode"] == f"container:{sidecar.id}",
           "the sandbox runs in the sidecar's network namespace")
+    ports = sidecar.attrs["NetworkSettings"]["Ports"] or {}
+    hosts = {b["HostIp"] for bs in ports.values() if bs for b in bs}
+    check(hosts == {"127.0.0.1"} and {"44772/tcp", "18080/tcp"} <= set(ports),
+          f"the sidecar publishes execd's and its own port, on loopback only ({ports})")
     status, resp = call("GET", f"/sandboxes/{sid}/networkpolicy")
     check(status == 200 and resp.get("policy") == policy, f"GET /networkpolicy through the server ({status} {resp})")
     status, ep = call("GET", f"/sandboxes/{sid}/endpoints/44772")
+    check(status == 200 and ep["endpoint"].startswith("127.0.0.1:"), f"execd endpoint on loopback ({status} {ep})")
     with urllib.request.urlopen(f"http://{ep['endpoint']}/ping", timeout=10) as r:
         check(r.status == 200, "execd answers through the sidecar's published port")
     delete(sid)
