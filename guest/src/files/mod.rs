@@ -76,9 +76,14 @@ pub(crate) fn file_info(raw: ExecdFileInfo) -> FileInfo {
     }
 }
 
+/// What a missing `path` is called in every error that says so.
+fn absent(sandbox_id: &str, path: &str) -> String {
+    format!("{path} does not exist in sandbox {sandbox_id}")
+}
+
 /// A 404 about `path` says so in plain words (the HTTP answer kept).
 fn missing(sandbox_id: &str, path: &str) -> impl Fn(Error) -> Error {
-    let message = format!("{path} does not exist in sandbox {sandbox_id}");
+    let message = absent(sandbox_id, path);
     move |e| {
         if e.is(Kind::NotFound) {
             e.reworded(Kind::NotFound, message.clone())
@@ -88,6 +93,16 @@ fn missing(sandbox_id: &str, path: &str) -> impl Fn(Error) -> Error {
     }
 }
 
+/// Checks a permission mode for `path` (execd takes the low twelve bits).
+fn check_mode(path: &str, mode: u32) -> Result<()> {
+    if mode > 0o7777 {
+        return Err(invalid(format!(
+            "mode {mode:o} of {path} is not a permission mode (at most 7777)"
+        )));
+    }
+    Ok(())
+}
+
 pub(crate) fn info_of(execd: &mut Execd, path: &str) -> Result<FileInfo> {
     let query = format!("/files/info?path={}", encode(path));
     let resp = execd.send(|e| e.request("GET", &query), &[])?;
@@ -95,12 +110,10 @@ pub(crate) fn info_of(execd: &mut Execd, path: &str) -> Result<FileInfo> {
         .check(resp, path)
         .map_err(missing(&execd.sandbox_id, path))?;
     let map: BTreeMap<String, ExecdFileInfo> = execd.json(resp, path)?;
-    map.into_values().next().map(file_info).ok_or_else(|| {
-        not_found(format!(
-            "{path} does not exist in sandbox {}",
-            execd.sandbox_id
-        ))
-    })
+    map.into_values()
+        .next()
+        .map(file_info)
+        .ok_or_else(|| not_found(absent(&execd.sandbox_id, path)))
 }
 
 pub fn get_info(sandbox_id: &str, path: &str) -> Result<FileInfo> {
@@ -191,19 +204,14 @@ pub fn chmod(sandbox_id: &str, path: &str, mode: Option<u32>, owner: Owner) -> R
             "give at least one of `mode`, `owner` and `group` to change",
         ));
     }
-    match mode {
-        Some(0) => {
-            return Err(invalid(format!(
-                "mode 0 cannot be set through execd (it reads 0 as `leave the mode`); take \
-                 every permission away with commands.run `chmod 000 {path}`"
-            )));
-        }
-        Some(m) if m > 0o7777 => {
-            return Err(invalid(format!(
-                "mode {m:o} of {path} is not a permission mode (at most 7777)"
-            )));
-        }
-        _ => {}
+    if mode == Some(0) {
+        return Err(invalid(format!(
+            "mode 0 cannot be set through execd (it reads 0 as `leave the mode`); take every \
+             permission away with commands.run `chmod 000 {path}`"
+        )));
+    }
+    if let Some(mode) = mode {
+        check_mode(path, mode)?;
     }
     let mut execd = Execd::connect(sandbox_id)?;
     let owner = owner.resolved(&mut execd)?;
@@ -232,12 +240,7 @@ pub fn chmod(sandbox_id: &str, path: &str, mode: Option<u32>, owner: Owner) -> R
 /// group it does not know after all (E1001, naming it), or its own words.
 fn refused_change(execd: &mut Execd, path: &str, owner: &Owner, text: &[u8]) -> Error {
     match refusal::of_answer(500, text) {
-        Refusal::Missing => {
-            return not_found(format!(
-                "{path} does not exist in sandbox {}",
-                execd.sandbox_id
-            ));
-        }
+        Refusal::Missing => return not_found(absent(&execd.sandbox_id, path)),
         Refusal::UnknownUser => {
             let user = owner.user.as_deref().unwrap_or_default();
             return invalid(format!(
@@ -265,8 +268,9 @@ struct Replaced {
     count: u32,
 }
 
-/// `POST /files/replace?verbose=true`: execd rewrites the file whole (keeping
-/// its mode and owner) and says how many it replaced.
+/// `POST /files/replace?verbose=true`: execd rewrites the file whole, in place
+/// (Go's `os.WriteFile` truncates the file it opens, so its mode and owner
+/// stay), and says how many it replaced.
 pub fn replace(sandbox_id: &str, path: &str, old: &str, new: &str) -> Result<u32> {
     check_path(path)?;
     if old.is_empty() {
@@ -395,5 +399,19 @@ mod tests {
         assert_eq!(mode_from_execd(755), 0o755);
         assert_eq!(mode_to_execd(0o644), 644);
         assert_eq!(mode_from_execd(mode_to_execd(0o4755)), 0o4755);
+    }
+
+    #[test]
+    fn one_check_of_a_mode_for_writes_and_chmod() {
+        assert!(check_mode("/x", 0o7777).is_ok());
+        let e = check_mode("/x", 0o10000).unwrap_err();
+        assert_eq!(
+            e.message,
+            "mode 10000 of /x is not a permission mode (at most 7777)"
+        );
+        assert_eq!(
+            multipart::check_write("/x", Some(0o10000)).unwrap_err().message,
+            e.message
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! pairs a `metadata` part with a `file` part per file, both file parts, and
 //! the body has an exact Content-Length (proxies in front of execd need one).
 
-use super::{Owner, TRANSFER, check_path, mode_to_execd};
+use super::{Owner, TRANSFER, check_mode, check_path, mode_to_execd};
 use crate::error::{Result, invalid};
 use crate::execd::Execd;
 use crate::http::Upload;
@@ -85,10 +85,6 @@ pub fn check_write(path: &str, mode: Option<u32>) -> Result<u32> {
         )));
     }
     let mode = mode.unwrap_or(DEFAULT_FILE_MODE);
-    if mode > 0o7777 {
-        return Err(invalid(format!(
-            "mode {mode:o} of {path} is not a permission mode"
-        )));
-    }
+    check_mode(path, mode)?;
     Ok(mode)
 }

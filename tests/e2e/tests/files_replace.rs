@@ -1,5 +1,5 @@
-//! files.replace: every occurrence, counted; the file keeps its mode and owner;
-//! empty `old` and a missing file are refused.
+//! files.replace: every occurrence, counted; the file keeps its mode and owner
+//! (and group); empty `old` and a missing file are refused.
 
 use epp_e2e::{Host, Mode, both_modes, unique};
 use serde_json::json;
@@ -9,9 +9,12 @@ fn replace(mode: Mode) {
     let id = host.create_sandbox();
     let path = format!("/tmp/{}/conf.txt", unique("replace"));
     let content = "name = ä\nport = 80\nname = ä again\nlast";
+    // Owned by someone else than execd's user (root): execd rewrites the file
+    // in place, so it stays theirs.
     host.ok(
         "files.write",
-        json!({"sandbox_id": id, "path": path, "content": content, "mode": "640"}),
+        json!({"sandbox_id": id, "path": path, "content": content, "mode": "640",
+            "owner": "nobody", "group": "nogroup"}),
     );
     let call = |old: &str, new: &str| {
         host.ok(
@@ -32,7 +35,11 @@ fn replace(mode: Mode) {
     // Nothing to replace: 0, the file as it was.
     assert_eq!(call("absent", "x"), json!({"replaced": 0}));
     let info = host.ok("files.get_info", json!({"sandbox_id": id, "path": path}));
-    assert_eq!(info["mode"], "0640", "{info}");
+    assert_eq!(
+        (&info["mode"], &info["owner"], &info["group"]),
+        (&json!("0640"), &json!("nobody"), &json!("nogroup")),
+        "{info}"
+    );
     assert_eq!(
         info["size"],
         "name = ö ü\nport = 8080\nname = ö ü again\nba".len()
@@ -52,4 +59,4 @@ fn replace(mode: Mode) {
     );
     assert!(e.message.contains(&missing), "{e:?}");
 }
-both_modes!(counts_rewrites_and_keeps_the_mode, super::replace);
+both_modes!(counts_rewrites_and_keeps_mode_and_owner, super::replace);
