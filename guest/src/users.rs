@@ -1,9 +1,11 @@
 //! The users and groups of a sandbox, for `user` (commands, sessions,
 //! terminals) and `owner`/`group` (files): each a name or a number, looked up
 //! in the sandbox's own `/etc/passwd` and `/etc/group`, read through execd's
-//! file API. So an unknown one is refused (E1001, naming it) before anything
-//! runs or is written: execd itself would run a command as an unknown uid with
-//! group 0 (root's), and write a file before failing to give it an unknown owner.
+//! file API line by line (a database of any size is read only up to the entry
+//! sought, a line at a time). So an unknown one is refused (E1001, naming it)
+//! before anything runs or is written: execd itself would run a command as an
+//! unknown uid with group 0 (root's), and write a file before failing to give
+//! it an unknown owner.
 //!
 //! A found entry is memoised host-wide per sandbox and name for a while; a name
 //! not found is looked up again each time (a user added with `useradd` a moment
@@ -14,7 +16,10 @@
 //! none, so those run their shell through `setpriv` (util-linux) as the user
 //! ([`shell_as`]). Either way the process gets the user's uid, primary group
 //! and supplementary groups, and `HOME`, `USER` and `LOGNAME` from the user's
-//! entry unless the request sets them ([`User::identity_env`]).
+//! entry unless the request sets them ([`User::identity_env`]). Both look the
+//! groups up by uid, so they are those of the uid's first entry: a name that
+//! shares its uid with an earlier entry (an alias such as `toor`) is refused as
+//! `user` rather than run with another name's groups ([`of_request`]).
 
 use crate::bindings::abx::epp::memo;
 use crate::config;
@@ -22,11 +27,15 @@ use crate::error::{self, Result, invalid};
 use crate::execd::Execd;
 use crate::http::encode;
 use crate::pty::shell_quote;
+use std::collections::HashSet;
 
 /// How long a found entry is reused (a user's uid or home rarely changes).
 const TTL_MS: u32 = 600_000;
-/// The largest user or group database read (far more than any image has).
-const MAX_DB: usize = 4 << 20;
+/// Bytes asked of a database's body at a time.
+const CHUNK: usize = 64 * 1024;
+/// The longest line kept whole; a longer one is skipped (no passwd or group
+/// entry is anywhere near it), so a scan holds at most this much of a file.
+const MAX_LINE: usize = 64 * 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct User {
@@ -76,45 +85,123 @@ fn spec<'a>(value: &'a str, field: &str) -> Result<Spec<'a>> {
     Ok(Spec::Name(value))
 }
 
-/// The entry of `spec` in a passwd file (`name:pw:uid:gid:gecos:home:shell`);
-/// the first one when several share a uid.
-fn find_user(passwd: &str, spec: Spec) -> Option<User> {
-    passwd.lines().find_map(|line| {
-        let f: Vec<&str> = line.split(':').collect();
-        if f.len() < 7 || line.starts_with('#') {
-            return None;
-        }
-        let user = User {
-            name: f[0].to_string(),
-            uid: f[2].parse().ok()?,
-            gid: f[3].parse().ok()?,
-            home: f[5].to_string(),
-        };
-        let hit = match spec {
-            Spec::Name(name) => user.name == name,
-            Spec::Id(uid) => user.uid == uid,
-        };
-        hit.then_some(user)
+/// A passwd line (`name:pw:uid:gid:gecos:home:shell`), if it is an entry.
+fn parse_user(line: &str) -> Option<User> {
+    let f: Vec<&str> = line.split(':').collect();
+    if f.len() < 7 || line.starts_with('#') {
+        return None;
+    }
+    Some(User {
+        name: f[0].to_string(),
+        uid: f[2].parse().ok()?,
+        gid: f[3].parse().ok()?,
+        home: f[5].to_string(),
     })
 }
 
-/// The entry of `spec` in a group file (`name:pw:gid:members`).
-fn find_group(groups: &str, spec: Spec) -> Option<Group> {
-    groups.lines().find_map(|line| {
-        let f: Vec<&str> = line.split(':').collect();
-        if f.len() < 4 || line.starts_with('#') {
-            return None;
-        }
-        let group = Group {
-            name: f[0].to_string(),
-            gid: f[2].parse().ok()?,
-        };
-        let hit = match spec {
-            Spec::Name(name) => group.name == name,
-            Spec::Id(gid) => group.gid == gid,
-        };
-        hit.then_some(group)
+/// A group line (`name:pw:gid:members`), if it is an entry.
+fn parse_group(line: &str) -> Option<Group> {
+    let f: Vec<&str> = line.split(':').collect();
+    if f.len() < 4 || line.starts_with('#') {
+        return None;
+    }
+    Some(Group {
+        name: f[0].to_string(),
+        gid: f[2].parse().ok()?,
     })
+}
+
+/// The search for one user, fed a passwd file line by line; done at the first
+/// entry that matches (a uid stands for its first entry, as for libc).
+struct UserScan<'a> {
+    spec: Spec<'a>,
+    /// The uids of the entries before the match, for a name: whether an
+    /// earlier entry has its uid (then that one is what the uid stands for).
+    before: HashSet<u32>,
+    found: Option<User>,
+    shadowed: bool,
+}
+
+impl<'a> UserScan<'a> {
+    fn new(spec: Spec<'a>) -> UserScan<'a> {
+        UserScan {
+            spec,
+            before: HashSet::new(),
+            found: None,
+            shadowed: false,
+        }
+    }
+
+    /// Takes one line; true once the entry is found.
+    fn line(&mut self, line: &str) -> bool {
+        let Some(user) = parse_user(line) else {
+            return false;
+        };
+        let hit = match self.spec {
+            Spec::Name(name) => user.name == name,
+            Spec::Id(uid) => user.uid == uid,
+        };
+        if hit {
+            self.shadowed = self.before.contains(&user.uid);
+            self.found = Some(user);
+            return true;
+        }
+        if matches!(self.spec, Spec::Name(_)) {
+            self.before.insert(user.uid);
+        }
+        false
+    }
+}
+
+/// The group of `spec` among group lines, as they come.
+fn group_line(line: &str, spec: Spec) -> Option<Group> {
+    let group = parse_group(line)?;
+    let hit = match spec {
+        Spec::Name(name) => group.name == name,
+        Spec::Id(gid) => group.gid == gid,
+    };
+    hit.then_some(group)
+}
+
+/// Cuts a body into lines as it arrives, holding at most one line.
+#[derive(Default)]
+struct LineSplitter {
+    carry: Vec<u8>,
+    /// Inside a line longer than [`MAX_LINE`], dropped up to its end.
+    skipping: bool,
+}
+
+impl LineSplitter {
+    /// Feeds `f` each line `chunk` completes; true as soon as `f` answers true.
+    fn feed(&mut self, mut chunk: &[u8], f: &mut impl FnMut(&str) -> bool) -> bool {
+        while let Some(end) = chunk.iter().position(|&b| b == b'\n') {
+            let (head, rest) = (&chunk[..end], &chunk[end + 1..]);
+            chunk = rest;
+            if std::mem::take(&mut self.skipping) {
+                continue;
+            }
+            self.carry.extend_from_slice(head);
+            let stop = f(&String::from_utf8_lossy(&self.carry));
+            self.carry.clear();
+            if stop {
+                return true;
+            }
+        }
+        if !self.skipping {
+            self.carry.extend_from_slice(chunk);
+            if self.carry.len() > MAX_LINE {
+                self.carry = Vec::new();
+                self.skipping = true;
+            }
+        }
+        false
+    }
+
+    /// The last line, when the body does not end with a newline.
+    fn finish(&mut self, f: &mut impl FnMut(&str) -> bool) -> bool {
+        let last = std::mem::take(&mut self.carry);
+        !self.skipping && !last.is_empty() && f(&String::from_utf8_lossy(&last))
+    }
 }
 
 fn memo_key(kind: &str, sandbox_id: &str, value: &str) -> Result<String> {
@@ -122,18 +209,31 @@ fn memo_key(kind: &str, sandbox_id: &str, value: &str) -> Result<String> {
     Ok(format!("{kind}:{origin}:{sandbox_id}:{value}"))
 }
 
-/// A database file of the sandbox; none when it has no such file.
-fn read_db(execd: &mut Execd, path: &str) -> Result<Option<String>> {
+/// Reads the sandbox's file `path` line by line, handing each to `each` until
+/// it answers true (the rest is not read); false when there is no such file.
+/// Only a line at a time is held, whatever the file's size.
+fn read_db(
+    execd: &mut Execd,
+    path: &str,
+    mut each: impl FnMut(&str) -> bool,
+) -> Result<bool> {
     let query = format!("/files/download?path={}", encode(path));
     let resp = execd.send(|e| e.request("GET", &query), &[])?;
     if resp.status == 404 {
-        return Ok(None);
+        return Ok(false);
     }
-    let resp = execd.check(resp, path)?;
-    let body = resp
-        .read_all(MAX_DB)
-        .map_err(|t| error::broken_body(t, execd.target()))?;
-    Ok(Some(String::from_utf8_lossy(&body).into_owned()))
+    let mut body = execd.check(resp, path)?.into_reader();
+    let mut lines = LineSplitter::default();
+    while let Some(chunk) = body
+        .read(CHUNK)
+        .map_err(|t| error::broken_body(t, execd.target()))?
+    {
+        if lines.feed(&chunk, &mut each) {
+            return Ok(true);
+        }
+    }
+    lines.finish(&mut each);
+    Ok(true)
 }
 
 /// Why `value` of `field` was not found in `path` of the sandbox.
@@ -155,25 +255,59 @@ fn unknown(execd: &Execd, field: &str, value: &str, path: &str, found: bool) -> 
     ))
 }
 
-/// The user `value` (a name or a uid) given as `field`.
-pub fn user(execd: &mut Execd, value: &str, field: &str) -> Result<User> {
+/// Scans /etc/passwd for `spec`: the entry, and whether an earlier entry has
+/// its uid.
+fn scan_users(execd: &mut Execd, spec: Spec) -> Result<(bool, Option<(User, bool)>)> {
+    let mut scan = UserScan::new(spec);
+    let exists = read_db(execd, "/etc/passwd", |line| scan.line(line))?;
+    Ok((exists, scan.found.map(|user| (user, scan.shadowed))))
+}
+
+/// The user `value` (a name or a uid) given as `field`, and whether an
+/// earlier entry of /etc/passwd has its uid. A shadowed name is not memoised
+/// (so a memoised entry is the first of its uid).
+fn lookup(execd: &mut Execd, value: &str, field: &str) -> Result<(User, bool)> {
     let spec = spec(value, field)?;
     let key = memo_key("user", &execd.sandbox_id, value)?;
     if let Some(user) = memo::get(&key).and_then(|v| decode_user(&v)) {
-        return Ok(user);
+        return Ok((user, false));
     }
-    let passwd = read_db(execd, "/etc/passwd")?;
-    let user = passwd
-        .as_deref()
-        .and_then(|p| find_user(p, spec))
-        .ok_or_else(|| unknown(execd, field, value, "/etc/passwd", passwd.is_some()))?;
-    memo::put(&key, &encode_user(&user), TTL_MS);
-    Ok(user)
+    let (exists, found) = scan_users(execd, spec)?;
+    let (user, shadowed) =
+        found.ok_or_else(|| unknown(execd, field, value, "/etc/passwd", exists))?;
+    if !shadowed {
+        memo::put(&key, &encode_user(&user), TTL_MS);
+    }
+    Ok((user, shadowed))
 }
 
-/// The user of a request's `user` parameter, when it has one.
+/// The user `value` (a name or a uid) given as `field` (`owner`: execd gives
+/// the file the entry's uid, whichever name it is).
+pub fn user(execd: &mut Execd, value: &str, field: &str) -> Result<User> {
+    lookup(execd, value, field).map(|(user, _)| user)
+}
+
+/// The user of a request's `user` parameter, when it has one: one a process
+/// can run as with the entry's own groups (see the module's doc).
 pub fn of_request(execd: &mut Execd, value: Option<&str>) -> Result<Option<User>> {
-    value.map(|v| user(execd, v, "user")).transpose()
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let (user, shadowed) = lookup(execd, value, "user")?;
+    if !shadowed {
+        return Ok(Some(user));
+    }
+    let first = scan_users(execd, Spec::Id(user.uid))?
+        .1
+        .map_or_else(|| "another entry".to_string(), |(u, _)| format!("`{}`", u.name));
+    Err(invalid(format!(
+        "`user`: `{value}` shares uid {uid} with {first}, which comes first in the /etc/passwd \
+         of sandbox {sandbox}; a process of uid {uid} gets the first entry's groups (execd and \
+         setpriv look them up by uid), not `{value}`'s. Run as {first}, or give `{value}` a uid \
+         of its own (commands.run `usermod -u NEW_UID {value}`)",
+        uid = user.uid,
+        sandbox = execd.sandbox_id,
+    )))
 }
 
 /// The group `value` (a name or a gid).
@@ -183,17 +317,18 @@ pub fn group(execd: &mut Execd, value: &str) -> Result<Group> {
     if let Some(group) = memo::get(&key).and_then(|v| decode_group(&v)) {
         return Ok(group);
     }
-    let groups = read_db(execd, "/etc/group")?;
-    let group = groups
-        .as_deref()
-        .and_then(|g| find_group(g, spec))
-        .ok_or_else(|| unknown(execd, "group", value, "/etc/group", groups.is_some()))?;
+    let mut found = None;
+    let exists = read_db(execd, "/etc/group", |line| {
+        found = group_line(line, spec);
+        found.is_some()
+    })?;
+    let group = found.ok_or_else(|| unknown(execd, "group", value, "/etc/group", exists))?;
     memo::put(&key, &format!("{}:{}", group.name, group.gid), TTL_MS);
     Ok(group)
 }
 
 /// A user as one line (`name:uid:gid:home`: no field of a passwd entry holds a
-/// `:`); also the content of a session's user file (crate::sessions).
+/// `:`); also the content of a session's marker (crate::sessions).
 pub fn encode_user(user: &User) -> String {
     format!("{}:{}:{}:{}", user.name, user.uid, user.gid, user.home)
 }
@@ -283,9 +418,21 @@ mod tests {
         nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
     const GROUP: &str = "root:x:0:\nstaff:x:50:user\nuser:x:1000:\n";
 
+    /// What a scan of `PASSWD` finds for `spec`, and how many lines it read.
+    fn find_user(spec: Spec) -> (Option<(User, bool)>, usize) {
+        let mut scan = UserScan::new(spec);
+        let read = PASSWD.lines().take_while(|l| !scan.line(l)).count() + 1;
+        (scan.found.map(|u| (u, scan.shadowed)), read)
+    }
+
+    fn find_group(spec: Spec) -> Option<Group> {
+        GROUP.lines().find_map(|l| group_line(l, spec))
+    }
+
     #[test]
     fn users_by_name_and_by_uid() {
-        let user = find_user(PASSWD, Spec::Name("user")).unwrap();
+        let (found, read) = find_user(Spec::Name("user"));
+        let (user, shadowed) = found.unwrap();
         assert_eq!(
             user,
             User {
@@ -295,20 +442,25 @@ mod tests {
                 home: "/home/user".into()
             }
         );
-        // The first entry of a shared uid.
-        assert_eq!(find_user(PASSWD, Spec::Id(1000)).unwrap().name, "user");
-        assert_eq!(find_user(PASSWD, Spec::Id(0)).unwrap().home, "/root");
-        assert_eq!(find_user(PASSWD, Spec::Name("bob")), None);
-        assert_eq!(find_user(PASSWD, Spec::Id(4242)), None);
-        assert_eq!(find_user(PASSWD, Spec::Name("broken line")), None);
+        assert!(!shadowed);
+        // The scan stops at the entry.
+        assert_eq!(read, 4);
+        // The first entry of a shared uid; the later name is shadowed by it.
+        assert_eq!(find_user(Spec::Id(1000)).0.unwrap().0.name, "user");
+        let (alias, shadowed) = find_user(Spec::Name("alias")).0.unwrap();
+        assert_eq!((alias.gid, shadowed), (1001, true));
+        assert_eq!(find_user(Spec::Id(0)).0.unwrap().0.home, "/root");
+        assert_eq!(find_user(Spec::Name("bob")).0, None);
+        assert_eq!(find_user(Spec::Id(4242)).0, None);
+        assert_eq!(find_user(Spec::Name("broken line")).0, None);
         assert_eq!(decode_user(&encode_user(&user)), Some(user));
     }
 
     #[test]
     fn groups_by_name_and_by_gid() {
-        assert_eq!(find_group(GROUP, Spec::Name("staff")).unwrap().gid, 50);
-        assert_eq!(find_group(GROUP, Spec::Id(1000)).unwrap().name, "user");
-        assert_eq!(find_group(GROUP, Spec::Name("wheel")), None);
+        assert_eq!(find_group(Spec::Name("staff")).unwrap().gid, 50);
+        assert_eq!(find_group(Spec::Id(1000)).unwrap().name, "user");
+        assert_eq!(find_group(Spec::Name("wheel")), None);
         assert_eq!(
             decode_group("staff:50"),
             Some(Group {
@@ -316,6 +468,36 @@ mod tests {
                 gid: 50
             })
         );
+    }
+
+    /// The lines `chunks` make, fed in that order, up to `stop`.
+    fn split(chunks: &[&[u8]], stop: Option<&str>) -> Vec<String> {
+        let mut seen = Vec::new();
+        let mut f = |line: &str| {
+            seen.push(line.to_string());
+            Some(line) == stop
+        };
+        let mut lines = LineSplitter::default();
+        if !chunks.iter().any(|c| lines.feed(c, &mut f)) {
+            lines.finish(&mut f);
+        }
+        seen
+    }
+
+    #[test]
+    fn a_database_is_read_a_line_at_a_time() {
+        // Lines split across chunks, a last line without a newline.
+        assert_eq!(
+            split(&[b"ro", b"ot:x\nus", b"er:y\n", b"\nlast"], None),
+            ["root:x", "user:y", "", "last"]
+        );
+        // Stops at the line sought: the rest is never looked at.
+        assert_eq!(split(&[b"a\nb\nc\n", b"d\n"], Some("b")), ["a", "b"]);
+        // A line longer than MAX_LINE is skipped whole, however it is cut.
+        let long = vec![b'x'; MAX_LINE + 10];
+        let (one, two) = long.split_at(MAX_LINE / 2);
+        assert_eq!(split(&[b"a\n", one, two, b"yz\nb\n"], None), ["a", "b"]);
+        assert_eq!(split(&[b"a\n", &long], None), ["a"]);
     }
 
     #[test]
@@ -332,7 +514,7 @@ mod tests {
 
     #[test]
     fn the_request_sets_identity_variables_first() {
-        let user = find_user(PASSWD, Spec::Name("user")).unwrap();
+        let user = parse_user("user:x:1000:1000::/home/user:/bin/sh").unwrap();
         assert_eq!(
             user.identity_env(&[("HOME".into(), "/work".into())]),
             vec![("USER", "user"), ("LOGNAME", "user")]

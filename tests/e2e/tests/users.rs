@@ -411,3 +411,171 @@ fn session_local(mode: Mode) {
     session(Host::start(mode), Host::start(mode), &LOCAL_USER)
 }
 both_modes!(local_session_as_a_user, super::session_local);
+
+fn new_session(host: &Host, id: &str, user: Option<&str>) -> String {
+    let mut params = json!({"sandbox_id": id});
+    if let Some(user) = user {
+        params["user"] = json!(user);
+    }
+    host.ok("sessions.create", params)["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Appends `lines` to a database file of the sandbox (as root, through files).
+fn append(host: &Host, id: &str, path: &str, lines: &str) {
+    let old = host.ok("files.read", json!({"sandbox_id": id, "path": path}))["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    host.ok(
+        "files.write",
+        json!({"sandbox_id": id, "path": path, "mode": "644",
+            "content": format!("{old}{lines}")}),
+    );
+}
+
+/// Supplementary groups come from /etc/group for every way of running as the
+/// user (execd's uid, setpriv), looked up when the process starts; a name that
+/// shares its uid with an earlier entry is refused as `user` (execd and
+/// setpriv would give it the first name's groups), not as an owner.
+fn groups(mode: Mode) {
+    let host = Host::start_docker(mode);
+    let id = host.create_sandbox();
+    // Looked up (and remembered) before the group exists.
+    run(&host, json!({"sandbox_id": id, "user": "user", "cmd": "true"}));
+    append(&host, &id, "/etc/group", "epp-extra:x:4321:user\n");
+    let expect = |out: &str, how: &str| {
+        assert!(
+            out.split_whitespace().any(|g| g == "epp-extra")
+                && out.split_whitespace().any(|g| g == "user"),
+            "{how}: {out:?}"
+        );
+    };
+    let r = run(&host, json!({"sandbox_id": id, "user": "user", "cmd": "id -Gn"}));
+    expect(r["stdout"].as_str().unwrap(), "commands.run");
+
+    let req = host.send(
+        "commands.run",
+        json!({"sandbox_id": id, "user": "user", "stdin": true, "stream": true,
+            "cmd": "read line; id -Gn"}),
+    );
+    let started = host
+        .first_note("commands.started", &req, Duration::from_secs(20))
+        .expect("commands.started");
+    host.ok(
+        "commands.send_input",
+        json!({"sandbox_id": id, "command_id": started["params"]["command_id"],
+            "data": b64e(b"go\n")}),
+    );
+    assert_eq!(
+        host.wait(&req, Duration::from_secs(20)).expect("stdin command")["exit_code"],
+        0
+    );
+    let out: String = host
+        .notes_for("commands.output", &req)
+        .iter()
+        .map(|(_, n)| n["params"]["data"].as_str().unwrap().to_string())
+        .collect();
+    expect(&out, "stdin");
+
+    let pty = host.ok(
+        "pty.create",
+        json!({"sandbox_id": id, "user": "user", "cmd": "echo \"[$(id -Gn)]\""}),
+    )["pty_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    host.wait_note(Duration::from_secs(20), |n| {
+        n["method"] == "pty.exit" && n["params"]["pty_id"] == pty.as_str()
+    })
+    .expect("the terminal's exit");
+    let printed: Vec<u8> = host
+        .notes()
+        .iter()
+        .filter(|(_, n)| n["method"] == "pty.output" && n["params"]["pty_id"] == pty.as_str())
+        .flat_map(|(_, n)| epp_e2e::b64d(n["params"]["data"].as_str().unwrap()))
+        .collect();
+    let printed = String::from_utf8_lossy(&printed);
+    let inside = printed
+        .split_once('[')
+        .and_then(|(_, rest)| rest.split_once(']'))
+        .map(|(groups, _)| groups)
+        .unwrap_or_else(|| panic!("no groups in {printed:?}"));
+    expect(inside, "pty");
+
+    let session = new_session(&host, &id, Some("user"));
+    let r = session_run(&host, &id, &session, "id -Gn");
+    expect(r["stdout"].as_str().unwrap(), "session");
+
+    // A second name of uid 1000, after `user`.
+    append(
+        &host,
+        &id,
+        "/etc/passwd",
+        "epp-alias:x:1000:4321::/home/epp-alias:/bin/sh\n",
+    );
+    for (method, params) in [
+        (
+            "commands.run",
+            json!({"sandbox_id": id, "user": "epp-alias", "cmd": "true"}),
+        ),
+        (
+            "sessions.create",
+            json!({"sandbox_id": id, "user": "epp-alias"}),
+        ),
+        ("pty.create", json!({"sandbox_id": id, "user": "epp-alias"})),
+    ] {
+        let e = host.fails(method, params, "E1001");
+        assert!(
+            e.message
+                .contains("`user`: `epp-alias` shares uid 1000 with `user`, which comes first")
+                && e.message.contains("Run as `user`"),
+            "{method}: {e:?}"
+        );
+    }
+    // As an owner it is uid 1000, whose name is `user`.
+    let info = host.ok(
+        "files.write",
+        json!({"sandbox_id": id, "path": format!("/tmp/{}", unique("alias")), "content": "x",
+            "owner": "epp-alias"}),
+    );
+    assert_eq!(owner_of(&info).0, "user", "{info}");
+}
+both_modes!(docker_supplementary_groups_and_shared_uids, super::groups);
+
+/// A /etc/passwd far over 4 MiB: read a line at a time, up to the entry
+/// sought, so an entry at its start and one at its very end are both found.
+fn big_passwd(mode: Mode) {
+    let host = Host::start_docker(mode);
+    let id = host.create_sandbox();
+    let mut padding = String::new();
+    let mut n = 0;
+    while padding.len() < 5 << 20 {
+        padding.push_str(&format!(
+            "epp-pad{n}:x:{uid}:{uid}:padding to make the file big:/nonexistent:/usr/sbin/nologin\n",
+            uid = 100_000 + n
+        ));
+        n += 1;
+    }
+    padding.push_str("epp-last:x:4999:4999::/tmp:/bin/sh\n");
+    append(&host, &id, "/etc/passwd", &padding);
+    let r = run(&host, json!({"sandbox_id": id, "user": "user", "cmd": "id -un"}));
+    assert_eq!(r["stdout"], "user\n");
+    for user in ["epp-last", "4999"] {
+        let r = run(
+            &host,
+            json!({"sandbox_id": id, "user": user, "cmd": "echo \"$(id -u) $HOME\""}),
+        );
+        assert_eq!(r["stdout"], "4999 /tmp\n", "{user}: {r}");
+    }
+    let ghost = unique("ghost");
+    let e = host.fails(
+        "commands.run",
+        json!({"sandbox_id": id, "user": ghost, "cmd": "true"}),
+        "E1001",
+    );
+    assert!(e.message.contains("it is not in the sandbox's /etc/passwd"), "{e:?}");
+}
+both_modes!(docker_a_big_passwd_is_scanned, super::big_passwd);
