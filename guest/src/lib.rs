@@ -26,6 +26,7 @@ mod refusal;
 mod retry;
 mod sandbox;
 mod sessions;
+mod shell;
 mod sse;
 mod storage;
 mod templates;

@@ -12,6 +12,7 @@ use crate::error::{self, Error, Kind, Result, invalid, not_found};
 use crate::execd::Execd;
 use crate::lifecycle::check_id;
 use crate::models::PtyCreated;
+use crate::shell;
 use crate::users::{self, User};
 use std::cell::Cell;
 
@@ -47,40 +48,19 @@ fn exit_code(code: i64, killed_by_us: bool) -> i32 {
     }
 }
 
-/// Single-quotes a value for bash.
-pub fn shell_quote(value: &str) -> String {
-    format!("'{}'", value.replace('\'', r"'\''"))
-}
-
-/// `export K='V'; ` for each variable: execd's PTY API takes no environment,
-/// so terminals and stdin commands carry theirs in the command line.
-pub fn exports(envs: &[(String, String)]) -> Result<String> {
-    let mut exports = String::new();
-    for (k, v) in envs {
-        if k.is_empty()
-            || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-            || k.as_bytes()[0].is_ascii_digit()
-        {
-            return Err(invalid(format!(
-                "`{k}` is not a valid environment variable name"
-            )));
-        }
-        exports.push_str(&format!("export {k}={}; ", shell_quote(v)));
-    }
-    Ok(exports)
-}
-
 /// The program execd should run for a terminal or a stdin command: `cmd`, or
 /// an interactive shell, with the requested environment, as `user` if given
-/// (crate::users::shell_as). None: execd's own shell as it is.
+/// (crate::users::shell_as, which hands the variables to the user's shell
+/// alone). None: execd's own shell as it is.
 pub fn program(
     envs: &[(String, String)],
     cmd: Option<&str>,
     user: Option<&User>,
 ) -> Result<Option<String>> {
-    let exports = exports(envs)?;
+    shell::check_names(envs)?;
+    let exports = shell::exports(envs);
     Ok(match (user, cmd) {
-        (Some(user), cmd) => Some(format!("{exports}{}", users::shell_as(user, envs, cmd))),
+        (Some(user), cmd) => Some(users::shell_as(user, envs, cmd)),
         (None, Some(cmd)) => Some(format!("{exports}{cmd}")),
         (None, None) if exports.is_empty() => None,
         (None, None) => Some(format!("{exports}exec bash --norc --noprofile")),
@@ -402,8 +382,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn quoting() {
-        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    fn programs() {
         let envs = vec![("A".to_string(), "x y".to_string())];
         assert_eq!(
             program(&envs, None, None).unwrap().unwrap(),
@@ -415,7 +394,8 @@ mod tests {
             "export A='x y'; top"
         );
         assert!(program(&[("1A".into(), "x".into())], None, None).is_err());
-        // As a user: the request's variables first, then the shell as the user.
+        // As a user: nothing exported in root's shell; the variables are the
+        // user's shell's (crate::users::shell_as).
         let user = User {
             name: "user".into(),
             uid: 1000,
@@ -425,14 +405,12 @@ mod tests {
         let line = program(&envs, Some("id -un"), Some(&user))
             .unwrap()
             .unwrap();
+        assert!(line.starts_with("__epp_setpriv="), "{line}");
         assert!(
-            line.starts_with("export A='x y'; command -v setpriv"),
+            line.ends_with("LOGNAME='user' A='x y' \"$BASH\" --norc --noprofile -c 'id -un'"),
             "{line}"
         );
-        assert!(
-            line.ends_with("bash --norc --noprofile -c 'id -un'"),
-            "{line}"
-        );
+        assert!(program(&[("1A".into(), "x".into())], None, Some(&user)).is_err());
     }
 
     #[test]

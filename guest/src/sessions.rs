@@ -14,8 +14,9 @@
 //!
 //! A session made for a user (abx:epp 1.2) says so in a file of its own in the
 //! sandbox, which any process reads (once: it is memoised); each of its runs
-//! goes to a `bash` as that user whose directory and exported variables the
-//! run's root part takes over afterwards ([`as_user`]).
+//! goes to a `bash` as that user ([`as_user`]) that keeps the session's
+//! exported variables and directory in a file of the user's own; execd's root
+//! shell takes nothing of them.
 
 use crate::bindings::abx::epp::memo;
 use crate::bindings::exports::abx::epp::infra::{CommandEvent, CommandExit};
@@ -89,8 +90,9 @@ pub fn create(sandbox_id: &str, cwd: Option<&str>, user: Option<&str>) -> Result
 }
 
 /// Where a session's files live in the sandbox: `.functions` (its shell
-/// functions), `.user` (whose it is: root's, readable by all), `.state` (a
-/// user's run's exported variables and cwd, for the run's root part).
+/// functions), `.user` (whose it is: root's, readable by all), `.state` (the
+/// directory and exported variables a user's run ended with, written and read
+/// by the user's shell alone).
 fn file(session_id: &str, what: &str) -> String {
     format!("/tmp/.epp-session-{session_id}.{what}")
 }
@@ -251,7 +253,7 @@ pub fn run(
     }
     let mut execd = Execd::connect(sandbox_id)?;
     let command = match user_of(&mut execd, session_id)? {
-        Some(user) => as_user(session_id, cmd, &user, &nonce()),
+        Some(user) => as_user(session_id, cmd, &user),
         None => keeping_functions(session_id, cmd),
     };
     let body = serde_json::to_vec(&Run {
@@ -296,52 +298,61 @@ pub fn run(
     ))
 }
 
+/// Sources the functions the session's previous run saved (a run's start).
+fn load_functions(session_id: &str) -> String {
+    format!("{{ . '{}'; }} 2>/dev/null\n", file(session_id, "functions"))
+}
+
+/// Keeps `cmd`'s status in `$__epp_status`, runs `then` and saves the
+/// functions (the start of a run's end).
+fn save_functions(session_id: &str, then: &str) -> String {
+    format!(
+        "__epp_status=$?; {then}declare -f > '{}' 2>/dev/null; ",
+        file(session_id, "functions")
+    )
+}
+
 /// `cmd` between sourcing the session's saved functions and saving them again.
 /// The status of `cmd` is left in `$?` (execd reads it after the script), and the
 /// user's text stands on lines of its own so a trailing comment cannot swallow
 /// the epilogue. `session_id` is checked (no quote or slash can appear in it).
 fn keeping_functions(session_id: &str, cmd: &str) -> String {
-    let file = file(session_id, "functions");
     format!(
-        "{{ . '{file}'; }} 2>/dev/null\n{cmd}\n__epp_status=$?; declare -f > '{file}' 2>/dev/null; \
-         (exit $__epp_status)\n"
+        "{}{cmd}\n{}(exit $__epp_status)\n",
+        load_functions(session_id),
+        save_functions(session_id, "")
     )
 }
 
 /// A run of a user's session. execd runs the script as itself (root), in the
-/// session's environment and directory; its user's part runs in a `bash` as
-/// the user (crate::users::run_as), which inherits both, keeps the functions
-/// as above, and at its end writes `nonce`, its directory and its exported
-/// variables to the session's `.state` file, NUL-separated. The root part then
-/// takes them over (clearing its own exported variables first, so an `unset`
-/// carries over too), so execd keeps them for the next run as for any session.
-/// It reads them as data (`export -- "NAME=value"`), never as code. A run that
-/// calls `exit`, or that the user's part never reached, carries nothing over:
-/// the nonce of an older state does not match. `SHLVL` is left out, or it
-/// would grow by the inner shell's level at every run.
-fn as_user(session_id: &str, cmd: &str, user: &users::User, nonce: &str) -> String {
+/// session's environment and directory; all it does is start a `bash` as the
+/// user (crate::users::run_as: setpriv and env found without `$PATH`, the
+/// running `$BASH`) whose status is the run's. That shell first takes over the
+/// directory and exported variables the previous run ended with from the
+/// session's `.state` file (having dropped the exported variables it started
+/// with, so an `unset` carries over too; read as data, `export --
+/// "NAME=value"`, never run as code), keeps the functions as above, runs `cmd`,
+/// and at its end writes its directory and exported variables to `.state`
+/// (NUL-separated, under umask 077: the file is the user's alone). So what the
+/// user exports (`PATH`, `BASH_ENV`, `LD_PRELOAD`…) never enters execd's root
+/// shell, which starts every run with the session's own environment. A run
+/// that calls `exit` carries nothing over, as in any session. `SHLVL` is left
+/// out, or it would grow by the inner shell's level at every run.
+fn as_user(session_id: &str, cmd: &str, user: &users::User) -> String {
     let state = file(session_id, "state");
     let inner = format!(
-        "{}{{ printf '%s\\0' {nonce} \"$PWD\"; for __epp_name in $(compgen -e); do \
-         [ \"$__epp_name\" = SHLVL ] || printf '%s=%s\\0' \"$__epp_name\" \"${{!__epp_name}}\"; \
-         done; }} 2>/dev/null > '{state}'; exit $__epp_status\n",
-        keeping_functions(session_id, cmd)
-            .strip_suffix("(exit $__epp_status)\n")
-            .expect("the epilogue ends so")
-    );
-    format!(
-        "{}\n__epp_status=$?\n{{ if IFS= read -r -d '' __epp_nonce && [ \"$__epp_nonce\" = {nonce} ] \
-         && IFS= read -r -d '' __epp_cwd; then for __epp_name in $(compgen -e); do \
+        "{{ if IFS= read -r -d '' __epp_cwd; then for __epp_name in $(compgen -e); do \
          [ \"$__epp_name\" = SHLVL ] || unset \"$__epp_name\"; done; while IFS= read -r -d '' \
          __epp_kv; do export -- \"$__epp_kv\"; done; cd -- \"$__epp_cwd\"; fi; }} 2>/dev/null < \
-         '{state}'\n(exit $__epp_status)\n",
-        users::run_as(user, &inner)
-    )
-}
-
-/// A fresh value that marks one run's state.
-fn nonce() -> String {
-    format!("{:016x}", wasip2::random::random::get_random_u64())
+         '{state}'\nunset __epp_cwd __epp_name __epp_kv\n{}{cmd}\n{}{{ printf '%s\\0' \"$PWD\"; \
+         for __epp_name in $(compgen -e); do \
+         [ \"$__epp_name\" = SHLVL ] || printf '%s=%s\\0' \"$__epp_name\" \"${{!__epp_name}}\"; \
+         done; }} 2>/dev/null > '{state}'; exit $__epp_status\n",
+        load_functions(session_id),
+        // Whatever the command set: its end runs and writes the user's files.
+        save_functions(session_id, "set +eu; IFS=$' \\t\\n'; umask 077; ")
+    );
+    users::run_as(user, &inner)
 }
 
 pub fn close(sandbox_id: &str, session_id: &str) -> Result<()> {
@@ -373,66 +384,52 @@ mod tests {
     use crate::users::User;
 
     #[test]
-    fn a_users_run_runs_the_command_as_the_user_and_takes_its_state_as_data() {
+    fn a_users_run_runs_everything_of_the_user_as_the_user() {
         let user = User {
             name: "user".into(),
             uid: 1000,
             gid: 1000,
             home: "/home/user".into(),
         };
-        let script = as_user("s-1", "cd /x; echo 'hi'", &user, "00ff");
-        let lines: Vec<&str> = script.lines().collect();
-        // The user's part: setpriv into a bash whose script is the command
-        // between the functions (quoted whole), then the state written with the mark.
+        let script = as_user("s-1", "cd /x; echo 'hi'", &user);
+        // All of it is one line for root (setpriv into a bash whose script is
+        // quoted whole, embedded newlines and all), the run's last command.
         assert!(
-            lines[0]
-                .contains("setpriv --reuid=1000 --regid=1000 --init-groups env HOME='/home/user'")
+            script.starts_with("__epp_setpriv=$(command -p -v setpriv)"),
+            "{script}"
         );
+        assert!(!script.contains("exec \""), "the root part goes on: {script}");
+        let (root, inner) = script.split_once(" -c '").expect("one bash -c");
         assert!(
-            !lines[0].contains("exec setpriv"),
-            "the root part goes on: {}",
-            lines[0]
+            root.ends_with("--init-groups \"$__epp_env\" HOME='/home/user' USER='user' \
+                            LOGNAME='user' \"$BASH\" --norc --noprofile"),
+            "{root}"
         );
+        assert!(inner.ends_with("exit $__epp_status\n'"), "{inner}");
+        // Root's part reads nothing of the user's: no state, no export.
+        assert!(!root.contains("state") && !root.contains("export"), "{root}");
+        let lines: Vec<&str> = inner.lines().collect();
+        // The user's part: the previous run's state taken as data, first.
+        assert!(lines[0].starts_with("{ if IFS= read -r -d '\\'''\\'' __epp_cwd"), "{}", lines[0]);
+        assert!(lines[0].contains("export -- \"$__epp_kv\""), "{}", lines[0]);
         assert!(
-            lines[0].contains("-c '{ . '\\''/tmp/.epp-session-s-1.functions'\\''; }"),
+            lines[0].ends_with("< '\\''/tmp/.epp-session-s-1.state'\\''"),
             "{}",
             lines[0]
         );
+        assert!(lines[2].contains(". '\\''/tmp/.epp-session-s-1.functions'\\''"));
+        assert!(lines[3].starts_with("cd /x; echo '\\''hi'\\''"), "{}", lines[3]);
+        // Its end: status kept, files written under umask 077, state saved.
         assert!(
-            lines[1].starts_with("cd /x; echo '\\''hi'\\''"),
+            lines[4].starts_with("__epp_status=$?; set +eu; IFS=$'\\'' \\t\\n'\\''; umask 077; declare -f >"),
             "{}",
-            lines[1]
+            lines[4]
         );
         assert!(
-            lines[2].contains("printf '\\''%s\\0'\\'' 00ff \"$PWD\""),
+            lines[4].ends_with("> '\\''/tmp/.epp-session-s-1.state'\\''; exit $__epp_status"),
             "{}",
-            lines[2]
+            lines[4]
         );
-        assert!(
-            lines[2].ends_with("> '\\''/tmp/.epp-session-s-1.state'\\''; exit $__epp_status"),
-            "{}",
-            lines[2]
-        );
-        // The root part: the user's status, the state only with this run's mark, as data.
-        assert_eq!(lines[3], "'");
-        assert_eq!(lines[4], "__epp_status=$?");
-        assert!(
-            lines[5].contains("[ \"$__epp_nonce\" = 00ff ]"),
-            "{}",
-            lines[5]
-        );
-        assert!(lines[5].contains("export -- \"$__epp_kv\""), "{}", lines[5]);
-        assert!(
-            !lines[5].contains(". '/tmp/.epp-session-s-1.state'"),
-            "{}",
-            lines[5]
-        );
-        assert!(
-            lines[5].ends_with("< '/tmp/.epp-session-s-1.state'"),
-            "{}",
-            lines[5]
-        );
-        assert_eq!(lines[6], "(exit $__epp_status)");
     }
 
     #[test]

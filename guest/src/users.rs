@@ -26,7 +26,7 @@ use crate::config;
 use crate::error::{self, Result, invalid};
 use crate::execd::Execd;
 use crate::http::encode;
-use crate::pty::shell_quote;
+use crate::shell;
 use std::collections::HashSet;
 
 /// How long a found entry is reused (a user's uid or home rarely changes).
@@ -366,36 +366,43 @@ impl User {
     }
 }
 
-/// `bash` as `user` running `script` (none: an interactive shell), with the
-/// user's identity variables (less those in `envs`), through `setpriv`; the
-/// prefix exits 127 with a message on stderr when the sandbox has no setpriv.
+/// `bash` as `user` running `script` (none: an interactive shell) through
+/// `setpriv`, with the user's identity variables and then `envs` (checked
+/// names) set by `env` as the user. The part that runs as root (execd's shell)
+/// uses nothing a caller or the user set: setpriv and env are found in the
+/// standard PATH (`command -p`, not `$PATH`), the shell is the one running
+/// (`$BASH`), and the variables go to `env`, not into root's environment (so
+/// `LD_PRELOAD` or `PATH` in `envs` reach the user's shell only). Without
+/// setpriv the line prints why on stderr and exits 127.
 fn bash_as(user: &User, envs: &[(String, String)], script: Option<&str>, exec: bool) -> String {
+    let missing = shell::quote(&format!(
+        "epp: running as user {} needs setpriv (util-linux) in /bin or /usr/bin of the \
+         sandbox; install it, or leave `user` out",
+        user.name
+    ));
     let mut line = format!(
-        "command -v setpriv >/dev/null 2>&1 || {{ echo {} >&2; exit 127; }}; \
-         {}setpriv --reuid={} --regid={} --init-groups env",
-        shell_quote(&format!(
-            "epp: running as user {} needs setpriv (util-linux) in the sandbox; install it, \
-             or leave `user` out",
-            user.name
-        )),
+        "__epp_setpriv=$(command -p -v setpriv) && __epp_env=$(command -p -v env) || \
+         {{ echo {missing} >&2; exit 127; }}; {}\"$__epp_setpriv\" --reuid={} --regid={} \
+         --init-groups \"$__epp_env\"",
         if exec { "exec " } else { "" },
         user.uid,
         user.gid
     );
-    for (k, v) in user.identity_env(envs) {
-        line.push_str(&format!(" {k}={}", shell_quote(v)));
-    }
-    line.push_str(" bash --norc --noprofile");
+    let request = envs.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    line.push_str(&shell::assignments(
+        user.identity_env(envs).into_iter().chain(request),
+    ));
+    line.push_str(" \"$BASH\" --norc --noprofile");
     if let Some(script) = script {
         line.push_str(" -c ");
-        line.push_str(&shell_quote(script));
+        line.push_str(&shell::quote(script));
     }
     line
 }
 
 /// A shell command line that replaces the shell running it with `bash` as
 /// `user` (a terminal's, a stdin command's), running `script` or, without
-/// one, interactive.
+/// one, interactive, with `envs` (names checked by the caller).
 pub fn shell_as(user: &User, envs: &[(String, String)], script: Option<&str>) -> String {
     bash_as(user, envs, script, true)
 }
@@ -513,20 +520,37 @@ mod tests {
     }
 
     #[test]
-    fn the_request_sets_identity_variables_first() {
+    fn the_root_part_uses_nothing_the_user_or_the_request_set() {
         let user = parse_user("user:x:1000:1000::/home/user:/bin/sh").unwrap();
         assert_eq!(
             user.identity_env(&[("HOME".into(), "/work".into())]),
             vec![("USER", "user"), ("LOGNAME", "user")]
         );
-        let line = shell_as(&user, &[], Some("id -un; echo 'it''s'"));
+        let envs = [
+            ("HOME".to_string(), "/work".to_string()),
+            ("PATH".to_string(), "/nowhere".to_string()),
+        ];
+        let line = shell_as(&user, &envs, Some("id -un; echo 'it''s'"));
+        // setpriv and env from the standard PATH, found before anything runs.
         assert!(
-            line.contains(
-                "exec setpriv --reuid=1000 --regid=1000 --init-groups env HOME='/home/user' \
-                 USER='user' LOGNAME='user' bash --norc --noprofile -c 'id -un; echo '\\''it'\\'''\\''s'\\'''"
+            line.starts_with(
+                "__epp_setpriv=$(command -p -v setpriv) && __epp_env=$(command -p -v env) || \
+                 { echo 'epp: running as user user needs setpriv"
             ),
             "{line}"
         );
-        assert!(shell_as(&user, &[], None).ends_with("bash --norc --noprofile"));
+        // The request's variables are `env`'s arguments (set as the user), the
+        // shell is the running one.
+        assert!(
+            line.contains(
+                "; exec \"$__epp_setpriv\" --reuid=1000 --regid=1000 --init-groups \
+                 \"$__epp_env\" USER='user' LOGNAME='user' HOME='/work' PATH='/nowhere' \
+                 \"$BASH\" --norc --noprofile -c 'id -un; echo '\\''it'\\'''\\''s'\\'''"
+            ),
+            "{line}"
+        );
+        assert!(!line.contains("export"), "{line}");
+        assert!(shell_as(&user, &[], None).ends_with("\"$BASH\" --norc --noprofile"));
+        assert!(!run_as(&user, "true").contains("exec"));
     }
 }

@@ -161,6 +161,22 @@ fn as_user(host: Host, user: &str, home: &str) {
         output(&host, &pty)
     );
 
+    // The request's PATH is the user's shell's: root finds setpriv without it.
+    let pty = host.ok(
+        "pty.create",
+        json!({"sandbox_id": id, "user": user, "envs": {"PATH": "/nonexistent"},
+            "cmd": "echo \"[$PATH|$(/usr/bin/id -un)]\""}),
+    )["pty_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(wait_exit(&host, &pty)["params"]["exit_code"], 0);
+    assert!(
+        output(&host, &pty).contains(&format!("[/nonexistent|{user}]")),
+        "{}",
+        output(&host, &pty)
+    );
+
     let ghost = unique("ghost");
     let e = host.fails(
         "pty.create",

@@ -423,6 +423,83 @@ fn new_session(host: &Host, id: &str, user: Option<&str>) -> String {
         .to_string()
 }
 
+/// What a user's session exports stays the user's: execd's root shell, which
+/// starts every run and runs setpriv, never takes it. `BASH_ENV` is sourced
+/// only by the user's own shells, a `PATH` with a `setpriv` of the user's or
+/// none at all does not change what root runs, `LD_PRELOAD` reaches no program
+/// of root's, and all of them are still the user's in the next run.
+fn session_environment(host: Host, who: &Someone) {
+    let id = host.create_sandbox();
+    let log = format!("/tmp/{}", unique("sourced"));
+    let hook = format!("/tmp/{}.sh", unique("bash-env"));
+    let fake = format!("/tmp/{}", unique("fake-bin"));
+    host.ok(
+        "files.write",
+        json!({"sandbox_id": id, "path": hook, "mode": "755",
+            "content": format!("echo \"bash-env $(/usr/bin/id -un)\" >> {log}\n")}),
+    );
+    host.ok(
+        "files.write",
+        json!({"sandbox_id": id, "path": format!("{fake}/setpriv"), "mode": "755",
+            "content": format!("#!/bin/sh\necho \"fake setpriv $(/usr/bin/id -un)\" >> {log}\nexit 3\n")}),
+    );
+    host.ok(
+        "files.write",
+        json!({"sandbox_id": id, "path": log, "content": "", "mode": "666"}),
+    );
+    let session = new_session(&host, &id, Some(who.name));
+    let run = |cmd: &str| session_run(&host, &id, &session, cmd);
+    let ok = |cmd: &str| {
+        let r = run(cmd);
+        assert_eq!(r["exit_code"], 0, "{cmd} → {r}");
+        r["stdout"].as_str().unwrap().to_string()
+    };
+
+    ok(&format!("export BASH_ENV={hook}"));
+    // The user's own shells source it, as the user; root's never do.
+    assert_eq!(
+        ok("echo \"[$BASH_ENV]\"; bash -c true; id -un"),
+        format!("[{hook}]\n{}\n", who.name)
+    );
+    ok(&format!("export PATH={fake}:$PATH"));
+    assert_eq!(ok("id -un"), format!("{}\n", who.name));
+    let preload = format!("/nonexistent/{}.so", unique("preload"));
+    // ld.so would complain on stderr (merged into the output) of every
+    // program run with it: a builtin alone prints nothing else.
+    ok(&format!("export LD_PRELOAD={preload}"));
+    assert_eq!(ok("echo \"<$LD_PRELOAD>\""), format!("<{preload}>\n"));
+    ok("unset LD_PRELOAD; export PATH=/nonexistent");
+    // No PATH at all: absolute paths work, and the next run is still the user's.
+    assert_eq!(ok("/usr/bin/id -un"), format!("{}\n", who.name));
+    assert_eq!(
+        ok("echo \"$PATH\"; /usr/bin/id -u"),
+        format!("/nonexistent\n{}\n", who.uid)
+    );
+    let sourced = host.ok("files.read", json!({"sandbox_id": id, "path": log}))["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(sourced, format!("bash-env {}\n", who.name), "{sourced}");
+    // The state the user's shell keeps is the user's alone.
+    let state = host.ok(
+        "files.get_info",
+        json!({"sandbox_id": id, "path": format!("/tmp/.epp-session-{session}.state")}),
+    );
+    assert_eq!(
+        (state["mode"].as_str(), owner_of(&state).0),
+        (Some("0600"), who.name),
+        "{state}"
+    );
+}
+
+fn session_environment_docker(mode: Mode) {
+    session_environment(Host::start_docker(mode), &DOCKER_USER)
+}
+both_modes!(
+    docker_a_users_exports_never_reach_root,
+    super::session_environment_docker
+);
+
 /// Appends `lines` to a database file of the sandbox (as root, through files).
 fn append(host: &Host, id: &str, path: &str, lines: &str) {
     let old = host.ok("files.read", json!({"sandbox_id": id, "path": path}))["content"]
