@@ -12,11 +12,13 @@
 //! lines dropped. The session id is all a run needs, so any process may run in a
 //! session another created.
 //!
-//! A session made for a user (abx:epp 1.2) says so in a file of its own in the
-//! sandbox, which any process reads (once: it is memoised); each of its runs
-//! goes to a `bash` as that user ([`as_user`]) that keeps the session's
-//! exported variables and directory in a file of the user's own; execd's root
-//! shell takes nothing of them.
+//! Every session has a marker that says whose it is, written when it is made
+//! into a directory only root may touch (`/run/epp/sessions`, 0700), where any
+//! process finds it (and memoises it); a session without one is refused rather
+//! than run as root, since it may have been a user's. A user's session runs
+//! each command in a `bash` as the user ([`as_user`]) that keeps its exported
+//! variables and directory in a file of the user's own; execd's root shell
+//! takes nothing of them.
 
 use crate::bindings::abx::epp::memo;
 use crate::bindings::exports::abx::epp::infra::{CommandEvent, CommandExit};
@@ -79,20 +81,29 @@ pub fn create(sandbox_id: &str, cwd: Option<&str>, user: Option<&str>) -> Result
     let created: Created = execd.json(execd.check(resp, subject)?, subject)?;
     let session_id = created.session_id;
     check_id("session", &session_id)?;
-    if let Some(user) = &user {
-        // A session that cannot say whose it is must not run as root: gone.
-        if let Err(e) = remember_user(sandbox_id, &session_id, user) {
-            let _ = close(sandbox_id, &session_id);
-            return Err(e);
-        }
+    // A session that cannot say whose it is is never run: gone at once.
+    if let Err(e) = remember(&mut execd, &session_id, user.as_ref()) {
+        let _ = close(sandbox_id, &session_id);
+        return Err(e);
     }
     Ok(session_id)
 }
 
-/// Where a session's files live in the sandbox: `.functions` (its shell
-/// functions), `.user` (whose it is: root's, readable by all), `.state` (the
-/// directory and exported variables a user's run ended with, written and read
-/// by the user's shell alone).
+/// Where the markers are: root's alone (0700), outside `/tmp`, where anyone
+/// (or a cleaner of old files) could delete one and a user's session would
+/// then run as root.
+const MARKERS: &str = "/run/epp/sessions";
+
+/// The marker of a session run by execd's own user (root on OpenSandbox).
+const AS_EXECD: &str = "execd";
+
+fn marker(session_id: &str) -> String {
+    format!("{MARKERS}/{session_id}")
+}
+
+/// Where a session's own files live in the sandbox: `.functions` (its shell
+/// functions) and, for a user's session, `.state` (the directory and exported
+/// variables its last run ended with), both written by whoever runs the session.
 fn file(session_id: &str, what: &str) -> String {
     format!("/tmp/.epp-session-{session_id}.{what}")
 }
@@ -105,55 +116,102 @@ fn memo_key(sandbox_id: &str, session_id: &str) -> Result<String> {
 /// A session is made for a user once, and runs as that user until it is closed.
 const USER_TTL_MS: u32 = 3_600_000;
 
-/// Writes whose the session is into the sandbox, where any process finds it.
-fn remember_user(sandbox_id: &str, session_id: &str, user: &users::User) -> Result<()> {
-    let line = format!("{}\n", users::encode_user(user));
-    let writer = files::write(
-        sandbox_id,
-        &file(session_id, "user"),
-        line.len() as u64,
-        Some(0o644),
-        files::Owner::default(),
+/// Writes whose the session is into the sandbox, where any process finds it:
+/// the user's entry (crate::users::encode_user), or [`AS_EXECD`].
+fn remember(execd: &mut Execd, session_id: &str, user: Option<&users::User>) -> Result<()> {
+    let line = user.map_or_else(|| AS_EXECD.to_string(), users::encode_user);
+    files::make_private_dir(execd, MARKERS, 0o700)?;
+    files::put_marker(
+        execd,
+        &marker(session_id),
+        format!("{line}\n").as_bytes(),
+        0o600,
     )?;
-    writer.write(line.into_bytes())?;
-    writer.finish()?;
     memo::put(
-        &memo_key(sandbox_id, session_id)?,
-        &users::encode_user(user),
+        &memo_key(&execd.sandbox_id, session_id)?,
+        &line,
         USER_TTL_MS,
     );
     Ok(())
 }
 
 /// The user a session runs as (none: execd's own), from the memo or the
-/// session's user file.
+/// session's marker. A session without a marker is E4004 when execd does not
+/// know it either, else E4009: it may be a user's, so it is not run at all.
 fn user_of(execd: &mut Execd, session_id: &str) -> Result<Option<users::User>> {
     let key = memo_key(&execd.sandbox_id, session_id)?;
-    if let Some(value) = memo::get(&key) {
-        return Ok(users::decode_user(&value));
-    }
-    let path = file(session_id, "user");
-    let query = format!("/files/download?path={}", encode(&path));
-    let resp = execd.send(|e| e.request("GET", &query), &[])?;
-    let user = if resp.status == 404 {
-        None
-    } else {
-        let resp = execd.check(resp, &path)?;
-        let line = resp
-            .read_all(4096)
-            .map_err(|t| error::broken_body(t, execd.target()))?;
-        let user = users::decode_user(&String::from_utf8_lossy(&line)).ok_or_else(|| {
-            error::upstream(format!(
-                "{path} in sandbox {} does not say whose session {session_id} is; close the \
-                 session and create it again",
-                execd.sandbox_id
-            ))
-        })?;
-        Some(user)
+    let line = match memo::get(&key) {
+        Some(line) => line,
+        None => {
+            let path = marker(session_id);
+            let mut first = None;
+            let exists = users::read_db(execd, &path, |line| {
+                first = Some(line.to_string());
+                true
+            })?;
+            let Some(line) = first else {
+                return Err(if exists {
+                    unreadable(execd, session_id)
+                } else {
+                    lost(execd, session_id)
+                });
+            };
+            memo::put(&key, &line, USER_TTL_MS);
+            line
+        }
     };
-    let value = user.as_ref().map(users::encode_user).unwrap_or_default();
-    memo::put(&key, &value, USER_TTL_MS);
-    Ok(user)
+    if line == AS_EXECD {
+        return Ok(None);
+    }
+    users::decode_user(&line).map(Some).ok_or_else(|| {
+        memo::forget(&key);
+        unreadable(execd, session_id)
+    })
+}
+
+fn unreadable(execd: &Execd, session_id: &str) -> Error {
+    error::upstream(format!(
+        "{} in sandbox {} does not say whose session {session_id} is; close the session and \
+         create it again",
+        marker(session_id),
+        execd.sandbox_id
+    ))
+}
+
+/// Why a session without a marker is not run: gone from execd too (closed,
+/// never made), or only its marker is lost. execd has no other way to tell
+/// than a run, so it runs `true` in it, as execd's user: nothing of the
+/// session's own.
+fn lost(execd: &mut Execd, session_id: &str) -> Error {
+    let path = format!("/session/{}/run", encode(session_id));
+    let body = serde_json::to_vec(&Run {
+        command: "true",
+        timeout: Some(10_000),
+    })
+    .expect("serialisable");
+    let known = execd
+        .send(
+            |e| {
+                Ok(e.request("POST", &path)?
+                    .header("content-type", "application/json"))
+            },
+            &body,
+        )
+        .map(|resp| {
+            let status = resp.status;
+            let text = resp.read_all(64 * 1024).unwrap_or_default();
+            !(status == 500 && refusal::of_answer(500, &text) == Refusal::NoContext)
+        });
+    if let Ok(false) = known {
+        return gone(&execd.sandbox_id, session_id);
+    }
+    error::conflict(format!(
+        "session {session_id} of sandbox {} has lost the record of whose it is ({} is gone \
+         from the sandbox), so it may be a user's and is not run as root; close it \
+         (sessions.close) and create it again (sessions.create)",
+        execd.sandbox_id,
+        marker(session_id)
+    ))
 }
 
 /// How a session run's events become a command's: execd sends lines without
@@ -367,11 +425,14 @@ pub fn close(sandbox_id: &str, session_id: &str) -> Result<()> {
         .check(resp, &format!("session {session_id}"))
         .map(drop)?;
     // Its files go with it (best effort: the session is closed either way).
-    let mut query = String::from("/files?");
-    for what in ["functions", "user", "state"] {
-        query.push_str(&format!("path={}&", encode(&file(session_id, what))));
-    }
-    let _ = execd.send(|e| e.request("DELETE", query.trim_end_matches('&')), &[]);
+    files::remove_quietly(
+        &mut execd,
+        &[
+            marker(session_id),
+            file(session_id, "functions"),
+            file(session_id, "state"),
+        ],
+    );
     if let Ok(key) = memo_key(sandbox_id, session_id) {
         memo::forget(&key);
     }

@@ -212,7 +212,7 @@ fn memo_key(kind: &str, sandbox_id: &str, value: &str) -> Result<String> {
 /// Reads the sandbox's file `path` line by line, handing each to `each` until
 /// it answers true (the rest is not read); false when there is no such file.
 /// Only a line at a time is held, whatever the file's size.
-fn read_db(
+pub(crate) fn read_db(
     execd: &mut Execd,
     path: &str,
     mut each: impl FnMut(&str) -> bool,

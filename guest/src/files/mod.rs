@@ -390,6 +390,53 @@ pub fn rename(sandbox_id: &str, old_path: &str, new_path: &str) -> Result<FileIn
     info_of(&mut execd, new_path)
 }
 
+/// Makes `dir` (and its parents) if it is missing, with `mode` for `dir`
+/// itself (execd gives it only to a directory it creates; parents get 0755).
+/// For the provider's own files in a sandbox (crate::sessions, crate::pty).
+pub(crate) fn make_private_dir(execd: &mut Execd, dir: &str, mode: u32) -> Result<()> {
+    let body = serde_json::json!({ dir: {"mode": mode_to_execd(mode)} }).to_string();
+    let resp = execd.send(
+        |e| {
+            Ok(e.request("POST", "/directories")?
+                .header("content-type", "application/json"))
+        },
+        body.as_bytes(),
+    )?;
+    execd.check(resp, dir).map(drop)
+}
+
+/// Writes a small file of the provider's own (a marker) in one request, with
+/// `mode`, owned by execd's user; nothing is asked about it afterwards.
+pub(crate) fn put_marker(execd: &mut Execd, path: &str, content: &[u8], mode: u32) -> Result<()> {
+    let boundary = multipart::boundary();
+    let mut body = multipart::pair_head(&boundary, path, mode, &Owner::default()).into_bytes();
+    body.extend_from_slice(content);
+    body.extend_from_slice(multipart::close(&boundary).as_bytes());
+    let resp = execd.send(
+        |e| {
+            Ok(e.request("POST", "/files/upload")?
+                .header(
+                    "content-type",
+                    format!("multipart/form-data; boundary={boundary}"),
+                )
+                .header("content-length", body.len().to_string()))
+        },
+        &body,
+    )?;
+    execd.check(resp, path).map(drop)
+}
+
+/// Removes files of the provider's own, best effort (a missing one is no
+/// failure: execd answers 200).
+pub(crate) fn remove_quietly(execd: &mut Execd, paths: &[String]) {
+    let query: Vec<String> = paths
+        .iter()
+        .map(|p| format!("path={}", encode(p)))
+        .collect();
+    let query = format!("/files?{}", query.join("&"));
+    let _ = execd.send(|e| e.request("DELETE", &query), &[]);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

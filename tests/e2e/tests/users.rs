@@ -500,6 +500,78 @@ both_modes!(
     super::session_environment_docker
 );
 
+/// Every session has a marker of whose it is, in a directory of root's
+/// alone; a session whose marker is gone is not run (it might be a user's,
+/// and would run as root), E4009 saying to make it again, from a process that
+/// had not looked it up; a closed one is E4004 as before.
+fn markers(first: Host, fresh: impl Fn() -> Host, who: &Someone) {
+    let id = first.create_sandbox();
+    let users_session = new_session(&first, &id, Some(who.name));
+    let roots_session = new_session(&first, &id, None);
+    let dir = first.ok(
+        "files.get_info",
+        json!({"sandbox_id": id, "path": "/run/epp/sessions"}),
+    );
+    assert_eq!(
+        (dir["mode"].as_str(), owner_of(&dir).0),
+        (Some("0700"), "root")
+    );
+    for (session, expected) in [
+        (&users_session, format!("{}\n", who.name)),
+        (&roots_session, "root\n".to_string()),
+    ] {
+        let marker = format!("/run/epp/sessions/{session}");
+        let info = first.ok("files.get_info", json!({"sandbox_id": id, "path": marker}));
+        assert_eq!(
+            (info["mode"].as_str(), owner_of(&info).0),
+            (Some("0600"), "root")
+        );
+        assert_eq!(session_run(&first, &id, session, "id -un")["stdout"], expected);
+        sh_ok(&first, &id, &format!("rm {marker}"));
+        // This process remembers whose it is; one that never saw it refuses.
+        assert_eq!(session_run(&first, &id, session, "id -un")["stdout"], expected);
+        let other = fresh();
+        let e = other.fails(
+            "sessions.run",
+            json!({"sandbox_id": id, "session_id": session, "cmd": "id -un"}),
+            "E4009",
+        );
+        assert!(
+            e.message.contains(&format!(
+                "session {session} of sandbox {id} has lost the record of whose it is ({marker}"
+            )) && e.message.contains("close it (sessions.close) and create it again"),
+            "{e:?}"
+        );
+        other.ok(
+            "sessions.close",
+            json!({"sandbox_id": id, "session_id": session}),
+        );
+        other.fails(
+            "sessions.run",
+            json!({"sandbox_id": id, "session_id": session, "cmd": "id -un"}),
+            "E4004",
+        );
+    }
+    let leftovers = sh_ok(
+        &first,
+        &id,
+        &format!("ls /tmp/.epp-session-{users_session}.* /tmp/.epp-session-{roots_session}.* 2>/dev/null; true"),
+    );
+    assert_eq!(leftovers, "", "closing removes the session's files");
+}
+
+fn sh_ok(host: &Host, id: &str, cmd: &str) -> String {
+    run(host, json!({"sandbox_id": id, "cmd": cmd}))["stdout"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn markers_local(mode: Mode) {
+    markers(Host::start(mode), || Host::start(mode), &LOCAL_USER)
+}
+both_modes!(local_a_session_without_its_marker_is_refused, super::markers_local);
+
 /// Appends `lines` to a database file of the sandbox (as root, through files).
 fn append(host: &Host, id: &str, path: &str, lines: &str) {
     let old = host.ok("files.read", json!({"sandbox_id": id, "path": path}))["content"]
