@@ -1,29 +1,80 @@
 //! pty over execd's `POST /pty` and its WebSocket `/pty/{id}/ws`, through the
-//! host's `websocket` import. The connection is keyed by sandbox and terminal,
-//! so input, resize and kill (other requests) reach the same connection the
-//! output stream reads. `pty.connect` attaches from any process with
-//! `?takeover=1&since=N`: execd replays what it kept (a `0x03` frame) and
-//! closes the previous holder's connection with 4001 `TAKEN_OVER`.
+//! host's `websocket` import. `pty.connect` attaches from any process with
+//! `?takeover=1&since=N`: execd closes the previous holder's connection with
+//! 4001 `TAKEN_OVER`, replays what it kept (a `0x03` frame) and says
+//! `connected`, which the call waits for ([`until_attached`]).
+//!
+//! Each connection of this process has a key of its own that no later one
+//! reuses (`pty.create`'s is `pty:SANDBOX:PTY`, each `pty.connect` adds a
+//! random part), so a stream only ever reads, and on its end closes, its own
+//! connection, however late it gets to it. Which key holds the terminal now is
+//! recorded host-wide ([`holder_key`]): input, resize and a connect's take-over
+//! use that one, and a stream whose connection ended while another key holds
+//! the terminal reports that a `pty.connect` here took it.
 
 use crate::bindings::abx::epp::memo;
 use crate::bindings::abx::epp::websocket::{self, Message};
 use crate::bindings::exports::abx::epp::infra::{PtyEvent, PtyRequest};
-use crate::error::{self, Error, Kind, Result, invalid, not_found};
+use crate::error::{self, Error, Kind, Result, conflict, invalid, not_found};
 use crate::execd::Execd;
+use crate::files;
+use crate::http::encode;
 use crate::lifecycle::check_id;
 use crate::models::PtyCreated;
 use crate::shell;
+use crate::time::now_unix;
 use crate::users::{self, User};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 
-/// The keys this host process may hold a terminal's connection under.
-/// `pty.create` attaches under the first; `pty.connect` under the one not
-/// open, so the stream it replaces (in this process) never shares a key with
-/// it: that stream's end (its close, its drop) touches only its own key.
-fn keys(sandbox_id: &str, pty_id: &str) -> [String; 2] {
-    let first = format!("pty:{sandbox_id}:{pty_id}");
-    let second = format!("{first}:2");
-    [first, second]
+/// The key of `pty.create`'s connection: the terminal is new, so no other
+/// connection of it ever had this key.
+fn create_key(sandbox_id: &str, pty_id: &str) -> String {
+    format!("pty:{sandbox_id}:{pty_id}")
+}
+
+/// A key for a `pty.connect`'s connection, never used before.
+fn connect_key(sandbox_id: &str, pty_id: &str) -> String {
+    format!(
+        "{}:{:016x}",
+        create_key(sandbox_id, pty_id),
+        wasip2::random::random::get_random_u64()
+    )
+}
+
+/// The memo entry naming the key that holds the terminal in this process, with
+/// when it was written (`KEY SECONDS`). Written by create and connect, renewed
+/// by input and by the holder's stream when it is [`RENEW_S`] old: the memo
+/// keeps an entry an hour at most.
+fn holder_key(sandbox_id: &str, pty_id: &str) -> String {
+    format!("pty-holder:{sandbox_id}:{pty_id}")
+}
+
+const HOLDER_TTL_MS: u32 = 3_600_000;
+const RENEW_S: u64 = 600;
+
+fn record_holder(sandbox_id: &str, pty_id: &str, key: &str) {
+    memo::put(
+        &holder_key(sandbox_id, pty_id),
+        &format!("{key} {}", now_unix()),
+        HOLDER_TTL_MS,
+    );
+}
+
+/// The recorded holder's key and the record's age in seconds.
+fn recorded_holder(sandbox_id: &str, pty_id: &str) -> Option<(String, u64)> {
+    let value = memo::get(&holder_key(sandbox_id, pty_id))?;
+    let (key, at) = value.rsplit_once(' ')?;
+    Some((key.to_string(), now_unix().saturating_sub(at.parse().ok()?)))
+}
+
+/// The open key this process holds the terminal under: the recorded one, or,
+/// when the memo lost the record, `pty.create`'s.
+fn holder(sandbox_id: &str, pty_id: &str) -> Option<(String, u64)> {
+    recorded_holder(sandbox_id, pty_id)
+        .into_iter()
+        .chain([(create_key(sandbox_id, pty_id), u64::MAX)])
+        .find(|(key, _)| websocket::is_open(key))
 }
 
 /// Set (host-wide) just before `pty.kill` asks execd to SIGKILL a terminal, so the
@@ -32,11 +83,23 @@ fn killed_key(sandbox_id: &str, pty_id: &str) -> String {
     format!("killed:pty:{sandbox_id}:{pty_id}")
 }
 
-/// Set (host-wide) on the key of a connection a `pty.connect` of this process
-/// replaces, so its stream reports the take-over whatever close code reaches it.
-fn taken_key(key: &str) -> String {
-    format!("taken:{key}")
+/// Where `pty.kill` tells a holder in another process that the signal was its
+/// own (root's alone, like the session markers).
+const KILLED: &str = "/run/epp/pty-killed";
+
+fn killed_file(pty_id: &str) -> String {
+    format!("{KILLED}/{pty_id}")
 }
+
+/// Set (host-wide) while a `pty.connect` of the terminal attaches in this
+/// process, to the nonce of that call.
+fn connecting_key(sandbox_id: &str, pty_id: &str) -> String {
+    format!("pty-connecting:{sandbox_id}:{pty_id}")
+}
+
+/// Longer than a connect can take (the host gives the dial and the handshake
+/// 10 s each), so a call that died midway blocks others for this long at most.
+const CONNECTING_TTL_MS: u32 = 30_000;
 
 /// execd reports a shell killed by a signal as `exit_code: -1`. When the signal
 /// was our own `pty.kill` (SIGKILL) that becomes 137 (128 + 9) as in
@@ -71,30 +134,71 @@ fn send_json(key: &str, value: serde_json::Value) -> Result<()> {
     Ok(websocket::send(key, &Message::Text(value.to_string()))?)
 }
 
+/// The output in a binary frame, and whether it is live: 0x01 stdout, 0x02
+/// stderr (pipe mode), 0x03 replay (an 8-byte offset first).
+fn output_of(frame: &[u8]) -> Option<(Vec<u8>, bool)> {
+    match frame.first() {
+        Some(1) | Some(2) if frame.len() > 1 => Some((frame[1..].to_vec(), true)),
+        Some(3) if frame.len() > 9 => Some((frame[9..].to_vec(), false)),
+        _ => None,
+    }
+}
+
+/// execd's `{"type":"error","code","error"}` frame about a terminal.
+fn frame_error(value: &serde_json::Value, sandbox_id: &str, pty_id: &str) -> Error {
+    let code = value
+        .get("code")
+        .and_then(|c| c.as_str())
+        .unwrap_or("ERROR");
+    let message = value
+        .get("error")
+        .or(value.get("message"))
+        .and_then(|m| m.as_str())
+        .unwrap_or("");
+    if code == "ALREADY_CONNECTED" {
+        return conflict(format!(
+            "terminal {pty_id} of sandbox {sandbox_id} is held by another client that did not \
+             let go in time (execd: {message}); retry pty.connect"
+        ));
+    }
+    error::upstream(format!("terminal {pty_id} reported {code}: {message}"))
+}
+
 pub struct PtyStream {
     sandbox_id: String,
     pty_id: String,
+    /// This stream's own connection: no other ever has this key.
     key: String,
+    /// Output that came before execd said the terminal was attached (the
+    /// replay of a `pty.connect`), to go out first.
+    early: RefCell<VecDeque<Vec<u8>>>,
     exited: Cell<bool>,
     /// The host forgot `key` already (the connection closed or failed), so
     /// dropping the stream must not close it again.
     gone: Cell<bool>,
+    /// When this stream last looked whether its holder record needs renewing.
+    renew_at: Cell<u64>,
 }
 
 impl PtyStream {
-    fn new(sandbox_id: &str, pty_id: &str, key: String) -> PtyStream {
+    fn new(sandbox_id: &str, pty_id: &str, key: String, early: Vec<Vec<u8>>) -> PtyStream {
         PtyStream {
             sandbox_id: sandbox_id.to_string(),
             pty_id: pty_id.to_string(),
             key,
+            early: RefCell::new(early.into()),
             exited: Cell::new(false),
             gone: Cell::new(false),
+            renew_at: Cell::new(now_unix() + RENEW_S),
         }
     }
 
     pub fn next(&self) -> Result<Option<PtyEvent>> {
         if self.exited.get() {
             return Ok(None);
+        }
+        if let Some(output) = self.early.borrow_mut().pop_front() {
+            return Ok(Some(PtyEvent::Output(output)));
         }
         loop {
             let message = match websocket::receive(&self.key) {
@@ -105,16 +209,11 @@ impl PtyStream {
                     return Err(e.into());
                 }
             };
+            self.renew();
             match message {
-                // 0x01 stdout, 0x02 stderr (pipe mode), 0x03 replay (8-byte offset first).
-                Message::Binary(frame) => match frame.first() {
-                    Some(1) | Some(2) if frame.len() > 1 => {
-                        return Ok(Some(PtyEvent::Output(frame[1..].to_vec())));
-                    }
-                    Some(3) if frame.len() > 9 => {
-                        return Ok(Some(PtyEvent::Output(frame[9..].to_vec())));
-                    }
-                    _ => continue,
+                Message::Binary(frame) => match output_of(&frame) {
+                    Some((output, _)) => return Ok(Some(PtyEvent::Output(output))),
+                    None => continue,
                 },
                 Message::Text(text) => {
                     let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) else {
@@ -123,28 +222,16 @@ impl PtyStream {
                     match value.get("type").and_then(|t| t.as_str()) {
                         Some("exit") => {
                             self.exited.set(true);
+                            self.forget_holder();
                             let code = value
                                 .get("exit_code")
                                 .and_then(|c| c.as_i64())
                                 .unwrap_or(-1);
-                            let killed =
-                                memo::get(&killed_key(&self.sandbox_id, &self.pty_id)).is_some();
+                            let killed = code == -1 && self.killed();
                             return Ok(Some(PtyEvent::Exited(exit_code(code, killed))));
                         }
                         Some("error") => {
-                            let code = value
-                                .get("code")
-                                .and_then(|c| c.as_str())
-                                .unwrap_or("ERROR");
-                            let message = value
-                                .get("error")
-                                .or(value.get("message"))
-                                .and_then(|m| m.as_str())
-                                .unwrap_or("");
-                            return Err(error::upstream(format!(
-                                "terminal {} reported {code}: {message}",
-                                self.pty_id
-                            )));
+                            return Err(frame_error(&value, &self.sandbox_id, &self.pty_id));
                         }
                         _ => continue,
                     }
@@ -154,19 +241,67 @@ impl PtyStream {
         }
     }
 
+    /// Whether the SIGKILL that ended the shell was a `pty.kill`'s: this
+    /// process's (the memo), or another's (its file in the sandbox, removed
+    /// once read).
+    fn killed(&self) -> bool {
+        if memo::get(&killed_key(&self.sandbox_id, &self.pty_id)).is_some() {
+            return true;
+        }
+        let Ok(mut execd) = Execd::connect(&self.sandbox_id) else {
+            return false;
+        };
+        let path = killed_file(&self.pty_id);
+        let query = format!("/files/info?path={}", encode(&path));
+        let found = execd
+            .send(|e| e.request("GET", &query), &[])
+            .is_ok_and(|resp| resp.status == 200);
+        if found {
+            files::remove_quietly(&mut execd, &[path]);
+        }
+        found
+    }
+
+    /// Renews the holder record while this stream holds the terminal and
+    /// receives, at most every [`RENEW_S`].
+    fn renew(&self) {
+        if now_unix() < self.renew_at.get() {
+            return;
+        }
+        self.renew_at.set(now_unix() + RENEW_S);
+        if let Some((key, age)) = recorded_holder(&self.sandbox_id, &self.pty_id)
+            && key == self.key
+            && age >= RENEW_S
+        {
+            record_holder(&self.sandbox_id, &self.pty_id, &self.key);
+        }
+    }
+
+    /// The terminal is over: its record goes, if it names this stream.
+    fn forget_holder(&self) {
+        if recorded_holder(&self.sandbox_id, &self.pty_id).is_some_and(|(key, _)| key == self.key)
+        {
+            memo::forget(&holder_key(&self.sandbox_id, &self.pty_id));
+        }
+    }
+
     /// The connection is over (closed with `code`, or gone): the end of the
-    /// stream, or, when a `pty.connect` took the terminal (execd closes the
-    /// replaced connection with 4001 `TAKEN_OVER`), an error that says so.
+    /// stream, or, when a `pty.connect` took the terminal, an error that says
+    /// so: here if another key of this process holds it now, elsewhere if execd
+    /// closed this one with 4001 `TAKEN_OVER`.
     fn closed(&self, code: Option<u16>) -> Result<Option<PtyEvent>> {
         self.gone.set(true);
         self.exited.set(true);
-        let here = memo::get(&taken_key(&self.key)).is_some();
+        let here = recorded_holder(&self.sandbox_id, &self.pty_id)
+            .is_some_and(|(key, _)| key != self.key);
         if code != Some(4001) && !here {
+            self.forget_holder();
             return Ok(None);
         }
         let by = if here {
             "a later pty.connect in this epp-host process"
         } else {
+            self.forget_holder();
             "a pty.connect elsewhere (another epp-host process, or another client of execd)"
         };
         Err(error::conflict(format!(
@@ -180,7 +315,8 @@ impl PtyStream {
 
 impl Drop for PtyStream {
     fn drop(&mut self) {
-        // Detach only: the shell keeps running until it exits or pty.kill.
+        // Detach only: the shell keeps running until it exits or pty.kill. The
+        // key is this stream's alone, so no other connection is touched.
         if !self.gone.get() {
             websocket::close(&self.key, 1000, "detached");
         }
@@ -220,47 +356,143 @@ fn unknown(e: Error, sandbox_id: &str, pty_id: &str) -> Error {
             Kind::NotFound,
             format!(
                 "terminal {pty_id} does not exist in sandbox {sandbox_id} (it was killed, or \
-                 never opened there)"
+                 never opened there); open a new one with pty.create"
             ),
         );
     }
     e
 }
 
+/// This process's turn to attach a terminal: one `pty.connect` of a terminal
+/// at a time per process, since two would race in execd (the one that
+/// finishes its handshake last holds the terminal, whichever recorded itself
+/// last here). Given back on drop, only if it is still this call's.
+struct Turn {
+    key: String,
+    nonce: String,
+}
+
+impl Turn {
+    fn take(sandbox_id: &str, pty_id: &str) -> Result<Turn> {
+        let key = connecting_key(sandbox_id, pty_id);
+        let nonce = format!("{:016x}", wasip2::random::random::get_random_u64());
+        let busy = || {
+            conflict(format!(
+                "another pty.connect of terminal {pty_id} of sandbox {sandbox_id} is under way in \
+                 this epp-host process; retry when it has answered"
+            ))
+        };
+        if memo::get(&key).is_some() {
+            return Err(busy());
+        }
+        memo::put(&key, &nonce, CONNECTING_TTL_MS);
+        // Read back: of two calls that both found no turn, the later writer
+        // wins and the other stops here.
+        if memo::get(&key).as_deref() != Some(nonce.as_str()) {
+            return Err(busy());
+        }
+        Ok(Turn { key, nonce })
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if memo::get(&self.key).as_deref() == Some(self.nonce.as_str()) {
+            memo::forget(&self.key);
+        }
+    }
+}
+
 pub fn connect(sandbox_id: &str, pty_id: &str, since: Option<u64>) -> Result<(String, PtyStream)> {
     check_id("terminal", pty_id)?;
     let mut execd = Execd::connect(sandbox_id)?;
     check_running(&mut execd, pty_id)?;
-    let [first, second] = keys(sandbox_id, pty_id);
-    let (old, key) = if websocket::is_open(&first) {
-        (Some(first), second)
-    } else if websocket::is_open(&second) {
-        (Some(second), first)
-    } else {
-        (None, first)
-    };
+    let _turn = Turn::take(sandbox_id, pty_id)?;
+    let old = holder(sandbox_id, pty_id).map(|(key, _)| key);
+    let key = connect_key(sandbox_id, pty_id);
     let mut path = format!("/pty/{pty_id}/ws?takeover=1");
     if let Some(since) = since {
         path.push_str(&format!("&since={since}"));
     }
-    if let Some(old) = &old {
-        memo::put(&taken_key(old), "1", 60_000);
-    }
-    memo::forget(&taken_key(&key));
-    // execd evicts the holder (4001 TAKEN_OVER) when this one attaches; a
-    // failed attach leaves the old connection as it was.
-    if let Err(e) = websocket::connect(&key, &execd.ws_url(&path), execd.headers()) {
-        if let Some(old) = &old {
-            memo::forget(&taken_key(old));
+    // Recorded before the handshake: execd closes the old connection (4001)
+    // as soon as this one attaches, and its stream must find it was replaced
+    // here.
+    record_holder(sandbox_id, pty_id, &key);
+    let early = websocket::connect(&key, &execd.ws_url(&path), execd.headers())
+        .map_err(|e| unknown(e.into(), sandbox_id, pty_id))
+        .and_then(|()| {
+            until_attached(&key, sandbox_id, pty_id).inspect_err(|_| {
+                websocket::close(&key, 1000, "not attached");
+            })
+        });
+    let early = match early {
+        Ok(early) => early,
+        Err(e) => {
+            // A failed attach leaves the old holder attached, and recorded.
+            match &old {
+                Some(old) => record_holder(sandbox_id, pty_id, old),
+                None => memo::forget(&holder_key(sandbox_id, pty_id)),
+            }
+            return Err(e);
         }
-        return Err(unknown(e.into(), sandbox_id, pty_id));
-    }
-    // This process's old connection is closed here at once, so input and
-    // resizes from now on find only the new one.
+    };
+    // The old connection goes at once, so input and resizes from now on find
+    // only the new one; its stream ends reading its own, closed, key.
     if let Some(old) = &old {
         websocket::close(old, 1000, "taken over by pty.connect");
     }
-    Ok((pty_id.to_string(), PtyStream::new(sandbox_id, pty_id, key)))
+    // Again, after the close: a renewal that read the old record before this
+    // call changed it is overwritten.
+    record_holder(sandbox_id, pty_id, &key);
+    Ok((
+        pty_id.to_string(),
+        PtyStream::new(sandbox_id, pty_id, key, early),
+    ))
+}
+
+/// Reads `key`'s connection until execd says the terminal is attached to it
+/// (`connected`, or live output), and answers the output before that (the
+/// replay). execd evicts the holder only after the handshake, waits for it to
+/// let go (5 s at most, then an error frame), replays and says `connected`:
+/// waiting for it makes a `pty.connect` answer once the terminal is this
+/// connection's, so a later one replaces this one, and not a connection still
+/// waiting for its turn (which, once it got it, would evict the later one).
+fn until_attached(key: &str, sandbox_id: &str, pty_id: &str) -> Result<Vec<Vec<u8>>> {
+    let mut early = Vec::new();
+    loop {
+        match websocket::receive(key)? {
+            Some(Message::Binary(frame)) => {
+                if let Some((output, live)) = output_of(&frame) {
+                    early.push(output);
+                    if live {
+                        return Ok(early);
+                    }
+                }
+            }
+            Some(Message::Text(text)) => {
+                let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) else {
+                    continue;
+                };
+                match value.get("type").and_then(|t| t.as_str()) {
+                    Some("connected") => return Ok(early),
+                    Some("error") => return Err(frame_error(&value, sandbox_id, pty_id)),
+                    _ => continue,
+                }
+            }
+            Some(Message::Close((code, reason))) => {
+                return Err(error::upstream(format!(
+                    "execd closed the connection to terminal {pty_id} of sandbox {sandbox_id} \
+                     ({code} {reason}) before attaching it; retry pty.connect"
+                )));
+            }
+            None => {
+                return Err(error::upstream(format!(
+                    "the connection to terminal {pty_id} of sandbox {sandbox_id} ended before \
+                     execd attached it; retry pty.connect"
+                )));
+            }
+        }
+    }
 }
 
 pub fn create(req: PtyRequest) -> Result<(String, PtyStream)> {
@@ -277,13 +509,14 @@ pub fn create(req: PtyRequest) -> Result<(String, PtyStream)> {
         "terminal",
         "the new terminal",
     )?;
-    let [key, _] = keys(&req.sandbox_id, &pty_id);
+    let key = create_key(&req.sandbox_id, &pty_id);
     websocket::connect(
         &key,
         &execd.ws_url(&format!("/pty/{pty_id}/ws")),
         execd.headers(),
     )?;
-    let stream = PtyStream::new(&req.sandbox_id, &pty_id, key.clone());
+    record_holder(&req.sandbox_id, &pty_id, &key);
+    let stream = PtyStream::new(&req.sandbox_id, &pty_id, key.clone(), Vec::new());
     send_json(
         &key,
         serde_json::json!({"type": "resize", "cols": req.cols, "rows": req.rows}),
@@ -327,19 +560,21 @@ pub fn open(
     Ok(created.session_id)
 }
 
-/// The key this process holds the terminal under.
+/// The key this process holds the terminal under (its record renewed when
+/// old).
 fn attached(sandbox_id: &str, pty_id: &str) -> Result<String> {
     check_id("terminal", pty_id)?;
-    keys(sandbox_id, pty_id)
-        .into_iter()
-        .find(|key| websocket::is_open(key))
-        .ok_or_else(|| {
-            not_found(format!(
-                "terminal {pty_id} of sandbox {sandbox_id} is not attached to this host process \
-                 (it exited, another process holds it, or it was opened elsewhere); \
-                 pty.connect attaches it here"
-            ))
-        })
+    let (key, age) = holder(sandbox_id, pty_id).ok_or_else(|| {
+        not_found(format!(
+            "terminal {pty_id} of sandbox {sandbox_id} is not attached to this host process \
+             (it exited, another process holds it, or it was opened elsewhere); \
+             pty.connect attaches it here"
+        ))
+    })?;
+    if age >= RENEW_S {
+        record_holder(sandbox_id, pty_id, &key);
+    }
+    Ok(key)
 }
 
 pub fn send_input(sandbox_id: &str, pty_id: &str, data: Vec<u8>) -> Result<()> {
@@ -361,6 +596,10 @@ pub fn resize(sandbox_id: &str, pty_id: &str, cols: u16, rows: u16) -> Result<()
     )
 }
 
+/// `DELETE /pty/{id}` (SIGKILL). The stream that reports the end turns execd's
+/// -1 into 137 when it knows the signal was this: a holder in this process
+/// from the memo, one in another process from a file written first into the
+/// sandbox (left there if no process holds the terminal).
 pub fn kill(sandbox_id: &str, pty_id: &str) -> Result<()> {
     check_id("terminal", pty_id)?;
     let mut execd = Execd::connect(sandbox_id)?;
@@ -368,11 +607,23 @@ pub fn kill(sandbox_id: &str, pty_id: &str) -> Result<()> {
     // Before the request: the exit frame may reach the stream before execd answers.
     let killed = killed_key(sandbox_id, pty_id);
     memo::put(&killed, "9", 60_000);
+    let marked = holder(sandbox_id, pty_id).is_none()
+        && files::make_private_dir(&mut execd, KILLED, 0o700)
+            .and_then(|()| files::put_marker(&mut execd, &killed_file(pty_id), b"9\n", 0o600))
+            .is_ok();
     let resp = execd.send(|e| e.request("DELETE", &path), &[]);
     let subject = format!("terminal {pty_id}");
-    let outcome = resp.and_then(|resp| execd.check(resp, &subject).map(drop));
+    let outcome = resp.and_then(|resp| {
+        execd
+            .check(resp, &subject)
+            .map(drop)
+            .map_err(|e| unknown(e, sandbox_id, pty_id))
+    });
     if outcome.is_err() {
         memo::forget(&killed);
+        if marked {
+            files::remove_quietly(&mut execd, &[killed_file(pty_id)]);
+        }
     }
     outcome
 }

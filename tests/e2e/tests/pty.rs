@@ -2,7 +2,7 @@
 //! pty.connect from another process (replay, then live output; input and resize
 //! from there; the previous holder told it was taken over).
 
-use epp_e2e::{Host, Mode, b64d, b64e, both_modes, unique};
+use epp_e2e::{Host, Mode, b64d, b64e, both_modes, unique, wait_until};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -308,7 +308,8 @@ fn connect(first: Host, second: Host, third: Host) {
         );
         assert!(
             e.message
-                .contains(&format!("terminal {missing} does not exist")),
+                .contains(&format!("terminal {missing} does not exist"))
+                && e.message.contains("open a new one with pty.create"),
             "{e:?}"
         );
     }
@@ -338,3 +339,173 @@ fn connect_local(mode: Mode) {
     connect(Host::start(mode), Host::start(mode), Host::start(mode))
 }
 both_modes!(local_connect_from_other_processes, super::connect_local);
+
+/// A host process stopped (SIGSTOP: it reads nothing) until this is dropped,
+/// however the test ends.
+struct Stopped<'a>(&'a Host);
+
+fn kill(host: &Host, signal: &str) -> bool {
+    std::process::Command::new("kill")
+        .args([format!("-{signal}"), host.pid().to_string()])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl<'a> Stopped<'a> {
+    fn new(host: &'a Host) -> Stopped<'a> {
+        assert!(kill(host, "STOP"), "kill -STOP {}", host.pid());
+        Stopped(host)
+    }
+}
+
+impl Drop for Stopped<'_> {
+    fn drop(&mut self) {
+        kill(self.0, "CONT");
+    }
+}
+
+/// The `pty.exit`s of `pty` on `host` so far: (with an error, without).
+fn exits(host: &Host, pty: &str) -> (Vec<Value>, Vec<Value>) {
+    host.notes()
+        .into_iter()
+        .map(|(_, n)| n)
+        .filter(|n| n["method"] == "pty.exit" && n["params"]["pty_id"] == pty)
+        .partition(|n| n["params"].get("error").is_some())
+}
+
+/// Successive take-overs: the first holder never reads again (stopped), a
+/// second process connects three times in a row, then twice at once. Each
+/// replaced stream ends exactly once, saying who took it; the last holder
+/// alone gets what is typed after it, once; two connects at once leave the
+/// terminal attached here (one may be told to retry), naming no internal key.
+fn takeovers(first: Host, second: Host) {
+    let id = first.create_sandbox();
+    let pty = first.ok("pty.create", json!({"sandbox_id": id}))["pty_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    type_in(&first, &id, &pty, "echo one-$((1+1))\n");
+    wait_output(&first, &pty, "\none-2\r\n");
+    let stopped = Stopped::new(&first);
+    let params = json!({"sandbox_id": id, "pty_id": pty});
+    for _ in 0..3 {
+        second.ok("pty.connect", params.clone());
+    }
+    let from = second.notes().len();
+    type_in(&second, &id, &pty, "echo mark-$((40+2))\n");
+    wait_output_from(&second, &pty, from, "\nmark-42\r\n");
+    let here = "was taken over by a later pty.connect in this epp-host process";
+    let replaced = wait_until("the two replaced streams' ends", Duration::from_secs(20), || {
+        let (errored, _) = exits(&second, &pty);
+        (errored.len() >= 2).then_some(errored)
+    });
+    for exit in &replaced {
+        let error = exit["params"]["error"].as_str().unwrap();
+        assert!(error.contains(here), "{exit}");
+        assert_eq!(exit["params"]["exit_code"], Value::Null, "{exit}");
+    }
+
+    // Typed after the last connect: printed once (each connect's replay came
+    // before it).
+    let seen = output(&second, &pty);
+    assert_eq!(seen.matches("mark-42\r\n").count(), 1, "{seen:?}");
+
+    // Two at once: each answers, the terminal stays attached here, and a
+    // refusal says what happened in words.
+    let calls = [
+        second.send("pty.connect", params.clone()),
+        second.send("pty.connect", params.clone()),
+    ];
+    let answers: Vec<_> = calls
+        .iter()
+        .map(|c| second.wait(c, Duration::from_secs(30)))
+        .collect();
+    let attached = answers.iter().filter(|a| a.is_ok()).count();
+    assert!(attached >= 1, "{answers:?}");
+    for e in answers.iter().filter_map(|a| a.as_ref().err()) {
+        assert_eq!(e.epp, "E4009", "{e:?}");
+        assert!(
+            e.message.contains(&format!(
+                "another pty.connect of terminal {pty} of sandbox {id} is under way in this \
+                 epp-host process; retry"
+            )) && !e.message.contains("WebSocket")
+                && !e.message.contains("pty:"),
+            "{e:?}"
+        );
+    }
+    let from = second.notes().len();
+    type_in(&second, &id, &pty, "echo after-$((2+3))\n");
+    wait_output_from(&second, &pty, from, "\nafter-5\r\n");
+
+    // The stopped holder, running again, learns it was taken elsewhere.
+    drop(stopped);
+    let exit = wait_exit(&first, &pty);
+    assert!(
+        exit["params"]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("taken over by a pty.connect elsewhere"),
+        "{exit}"
+    );
+
+    type_in(&second, &id, &pty, "exit 0\n");
+    let clean = wait_until("the shell's exit", Duration::from_secs(20), || {
+        let (_, clean) = exits(&second, &pty);
+        clean.first().cloned()
+    });
+    assert_eq!(clean["params"]["exit_code"], 0, "{clean}");
+    let (errored, clean) = exits(&second, &pty);
+    assert_eq!(
+        (errored.len(), clean.len()),
+        // The three connects in a row replaced two; each connect at once that
+        // attached replaced one more.
+        (2 + attached, 1),
+        "every replaced stream ends once: {errored:?} {clean:?}"
+    );
+    assert!(errored.iter().all(|e| e["params"]["error"]
+        .as_str()
+        .unwrap()
+        .contains(here)));
+    let all = output(&second, &pty);
+    assert_eq!(all.matches("after-5\r\n").count(), 1, "{all:?}");
+    assert_eq!(exits(&first, &pty).0.len() + exits(&first, &pty).1.len(), 1);
+}
+
+fn takeovers_local(mode: Mode) {
+    takeovers(Host::start(mode), Host::start(mode))
+}
+both_modes!(local_successive_and_concurrent_takeovers, super::takeovers_local);
+
+/// pty.kill from a process the terminal is not attached to: the holder still
+/// reports 137 (the kill left word in the sandbox, which it reads and
+/// removes); a shell killed by another signal still reports -1.
+fn kill_elsewhere(first: Host, second: Host) {
+    let id = first.create_sandbox();
+    let pty = first.ok("pty.create", json!({"sandbox_id": id}))["pty_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    type_in(&first, &id, &pty, "echo ready-$((1+1))\n");
+    wait_output(&first, &pty, "\nready-2\r\n");
+    second.ok("pty.kill", json!({"sandbox_id": id, "pty_id": pty}));
+    let exit = wait_exit(&first, &pty);
+    assert_eq!(exit["params"]["exit_code"], 137, "{exit}");
+    assert!(exit["params"].get("error").is_none(), "{exit}");
+    let word = format!("/run/epp/pty-killed/{pty}");
+    assert_eq!(
+        second.ok("files.exists", json!({"sandbox_id": id, "path": word}))["exists"],
+        false
+    );
+
+    let other = first.ok("pty.create", json!({"sandbox_id": id}))["pty_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    type_in(&first, &id, &other, "kill -KILL $$\n");
+    assert_eq!(wait_exit(&first, &other)["params"]["exit_code"], -1);
+}
+
+fn kill_elsewhere_local(mode: Mode) {
+    kill_elsewhere(Host::start(mode), Host::start(mode))
+}
+both_modes!(local_kill_from_another_process, super::kill_elsewhere_local);
