@@ -279,8 +279,7 @@ impl PtyStream {
 
     /// The terminal is over: its record goes, if it names this stream.
     fn forget_holder(&self) {
-        if recorded_holder(&self.sandbox_id, &self.pty_id).is_some_and(|(key, _)| key == self.key)
-        {
+        if recorded_holder(&self.sandbox_id, &self.pty_id).is_some_and(|(key, _)| key == self.key) {
             memo::forget(&holder_key(&self.sandbox_id, &self.pty_id));
         }
     }
@@ -292,8 +291,8 @@ impl PtyStream {
     fn closed(&self, code: Option<u16>) -> Result<Option<PtyEvent>> {
         self.gone.set(true);
         self.exited.set(true);
-        let here = recorded_holder(&self.sandbox_id, &self.pty_id)
-            .is_some_and(|(key, _)| key != self.key);
+        let here =
+            recorded_holder(&self.sandbox_id, &self.pty_id).is_some_and(|(key, _)| key != self.key);
         if code != Some(4001) && !here {
             self.forget_holder();
             return Ok(None);

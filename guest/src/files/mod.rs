@@ -457,7 +457,9 @@ mod tests {
             "mode 10000 of /x is not a permission mode (at most 7777)"
         );
         assert_eq!(
-            multipart::check_write("/x", Some(0o10000)).unwrap_err().message,
+            multipart::check_write("/x", Some(0o10000))
+                .unwrap_err()
+                .message,
             e.message
         );
     }
