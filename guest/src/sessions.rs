@@ -459,19 +459,31 @@ mod tests {
             script.starts_with("__epp_setpriv=$(command -p -v setpriv)"),
             "{script}"
         );
-        assert!(!script.contains("exec \""), "the root part goes on: {script}");
+        assert!(
+            !script.contains("exec \""),
+            "the root part goes on: {script}"
+        );
         let (root, inner) = script.split_once(" -c '").expect("one bash -c");
         assert!(
-            root.ends_with("--init-groups \"$__epp_env\" HOME='/home/user' USER='user' \
-                            LOGNAME='user' \"$BASH\" --norc --noprofile"),
+            root.ends_with(
+                "--init-groups \"$__epp_env\" HOME='/home/user' USER='user' \
+                            LOGNAME='user' \"$BASH\" --norc --noprofile"
+            ),
             "{root}"
         );
         assert!(inner.ends_with("exit $__epp_status\n'"), "{inner}");
         // Root's part reads nothing of the user's: no state, no export.
-        assert!(!root.contains("state") && !root.contains("export"), "{root}");
+        assert!(
+            !root.contains("state") && !root.contains("export"),
+            "{root}"
+        );
         let lines: Vec<&str> = inner.lines().collect();
         // The user's part: the previous run's state taken as data, first.
-        assert!(lines[0].starts_with("{ if IFS= read -r -d '\\'''\\'' __epp_cwd"), "{}", lines[0]);
+        assert!(
+            lines[0].starts_with("{ if IFS= read -r -d '\\'''\\'' __epp_cwd"),
+            "{}",
+            lines[0]
+        );
         assert!(lines[0].contains("export -- \"$__epp_kv\""), "{}", lines[0]);
         assert!(
             lines[0].ends_with("< '\\''/tmp/.epp-session-s-1.state'\\''"),
@@ -479,10 +491,16 @@ mod tests {
             lines[0]
         );
         assert!(lines[2].contains(". '\\''/tmp/.epp-session-s-1.functions'\\''"));
-        assert!(lines[3].starts_with("cd /x; echo '\\''hi'\\''"), "{}", lines[3]);
+        assert!(
+            lines[3].starts_with("cd /x; echo '\\''hi'\\''"),
+            "{}",
+            lines[3]
+        );
         // Its end: status kept, files written under umask 077, state saved.
         assert!(
-            lines[4].starts_with("__epp_status=$?; set +eu; IFS=$'\\'' \\t\\n'\\''; umask 077; declare -f >"),
+            lines[4].starts_with(
+                "__epp_status=$?; set +eu; IFS=$'\\'' \\t\\n'\\''; umask 077; declare -f >"
+            ),
             "{}",
             lines[4]
         );

@@ -297,9 +297,10 @@ pub fn of_request(execd: &mut Execd, value: Option<&str>) -> Result<Option<User>
     if !shadowed {
         return Ok(Some(user));
     }
-    let first = scan_users(execd, Spec::Id(user.uid))?
-        .1
-        .map_or_else(|| "another entry".to_string(), |(u, _)| format!("`{}`", u.name));
+    let first = scan_users(execd, Spec::Id(user.uid))?.1.map_or_else(
+        || "another entry".to_string(),
+        |(u, _)| format!("`{}`", u.name),
+    );
     Err(invalid(format!(
         "`user`: `{value}` shares uid {uid} with {first}, which comes first in the /etc/passwd \
          of sandbox {sandbox}; a process of uid {uid} gets the first entry's groups (execd and \

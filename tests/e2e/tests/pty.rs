@@ -395,10 +395,14 @@ fn takeovers(first: Host, second: Host) {
     type_in(&second, &id, &pty, "echo mark-$((40+2))\n");
     wait_output_from(&second, &pty, from, "\nmark-42\r\n");
     let here = "was taken over by a later pty.connect in this epp-host process";
-    let replaced = wait_until("the two replaced streams' ends", Duration::from_secs(20), || {
-        let (errored, _) = exits(&second, &pty);
-        (errored.len() >= 2).then_some(errored)
-    });
+    let replaced = wait_until(
+        "the two replaced streams' ends",
+        Duration::from_secs(20),
+        || {
+            let (errored, _) = exits(&second, &pty);
+            (errored.len() >= 2).then_some(errored)
+        },
+    );
     for exit in &replaced {
         let error = exit["params"]["error"].as_str().unwrap();
         assert!(error.contains(here), "{exit}");
@@ -462,10 +466,11 @@ fn takeovers(first: Host, second: Host) {
         (2 + attached, 1),
         "every replaced stream ends once: {errored:?} {clean:?}"
     );
-    assert!(errored.iter().all(|e| e["params"]["error"]
-        .as_str()
-        .unwrap()
-        .contains(here)));
+    assert!(
+        errored
+            .iter()
+            .all(|e| e["params"]["error"].as_str().unwrap().contains(here))
+    );
     let all = output(&second, &pty);
     assert_eq!(all.matches("after-5\r\n").count(), 1, "{all:?}");
     assert_eq!(exits(&first, &pty).0.len() + exits(&first, &pty).1.len(), 1);
@@ -474,7 +479,10 @@ fn takeovers(first: Host, second: Host) {
 fn takeovers_local(mode: Mode) {
     takeovers(Host::start(mode), Host::start(mode))
 }
-both_modes!(local_successive_and_concurrent_takeovers, super::takeovers_local);
+both_modes!(
+    local_successive_and_concurrent_takeovers,
+    super::takeovers_local
+);
 
 /// pty.kill from a process the terminal is not attached to: the holder still
 /// reports 137 (the kill left word in the sandbox, which it reads and

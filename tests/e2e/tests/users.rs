@@ -526,10 +526,16 @@ fn markers(first: Host, fresh: impl Fn() -> Host, who: &Someone) {
             (info["mode"].as_str(), owner_of(&info).0),
             (Some("0600"), "root")
         );
-        assert_eq!(session_run(&first, &id, session, "id -un")["stdout"], expected);
+        assert_eq!(
+            session_run(&first, &id, session, "id -un")["stdout"],
+            expected
+        );
         sh_ok(&first, &id, &format!("rm {marker}"));
         // This process remembers whose it is; one that never saw it refuses.
-        assert_eq!(session_run(&first, &id, session, "id -un")["stdout"], expected);
+        assert_eq!(
+            session_run(&first, &id, session, "id -un")["stdout"],
+            expected
+        );
         let other = fresh();
         let e = other.fails(
             "sessions.run",
@@ -539,7 +545,9 @@ fn markers(first: Host, fresh: impl Fn() -> Host, who: &Someone) {
         assert!(
             e.message.contains(&format!(
                 "session {session} of sandbox {id} has lost the record of whose it is ({marker}"
-            )) && e.message.contains("close it (sessions.close) and create it again"),
+            )) && e
+                .message
+                .contains("close it (sessions.close) and create it again"),
             "{e:?}"
         );
         other.ok(
@@ -555,7 +563,9 @@ fn markers(first: Host, fresh: impl Fn() -> Host, who: &Someone) {
     let leftovers = sh_ok(
         &first,
         &id,
-        &format!("ls /tmp/.epp-session-{users_session}.* /tmp/.epp-session-{roots_session}.* 2>/dev/null; true"),
+        &format!(
+            "ls /tmp/.epp-session-{users_session}.* /tmp/.epp-session-{roots_session}.* 2>/dev/null; true"
+        ),
     );
     assert_eq!(leftovers, "", "closing removes the session's files");
 }
@@ -570,7 +580,10 @@ fn sh_ok(host: &Host, id: &str, cmd: &str) -> String {
 fn markers_local(mode: Mode) {
     markers(Host::start(mode), || Host::start(mode), &LOCAL_USER)
 }
-both_modes!(local_a_session_without_its_marker_is_refused, super::markers_local);
+both_modes!(
+    local_a_session_without_its_marker_is_refused,
+    super::markers_local
+);
 
 /// Appends `lines` to a database file of the sandbox (as root, through files).
 fn append(host: &Host, id: &str, path: &str, lines: &str) {
@@ -593,7 +606,10 @@ fn groups(mode: Mode) {
     let host = Host::start_docker(mode);
     let id = host.create_sandbox();
     // Looked up (and remembered) before the group exists.
-    run(&host, json!({"sandbox_id": id, "user": "user", "cmd": "true"}));
+    run(
+        &host,
+        json!({"sandbox_id": id, "user": "user", "cmd": "true"}),
+    );
     append(&host, &id, "/etc/group", "epp-extra:x:4321:user\n");
     let expect = |out: &str, how: &str| {
         assert!(
@@ -602,7 +618,10 @@ fn groups(mode: Mode) {
             "{how}: {out:?}"
         );
     };
-    let r = run(&host, json!({"sandbox_id": id, "user": "user", "cmd": "id -Gn"}));
+    let r = run(
+        &host,
+        json!({"sandbox_id": id, "user": "user", "cmd": "id -Gn"}),
+    );
     expect(r["stdout"].as_str().unwrap(), "commands.run");
 
     let req = host.send(
@@ -619,7 +638,8 @@ fn groups(mode: Mode) {
             "data": b64e(b"go\n")}),
     );
     assert_eq!(
-        host.wait(&req, Duration::from_secs(20)).expect("stdin command")["exit_code"],
+        host.wait(&req, Duration::from_secs(20))
+            .expect("stdin command")["exit_code"],
         0
     );
     let out: String = host
@@ -710,7 +730,10 @@ fn big_passwd(mode: Mode) {
     }
     padding.push_str("epp-last:x:4999:4999::/tmp:/bin/sh\n");
     append(&host, &id, "/etc/passwd", &padding);
-    let r = run(&host, json!({"sandbox_id": id, "user": "user", "cmd": "id -un"}));
+    let r = run(
+        &host,
+        json!({"sandbox_id": id, "user": "user", "cmd": "id -un"}),
+    );
     assert_eq!(r["stdout"], "user\n");
     for user in ["epp-last", "4999"] {
         let r = run(
@@ -725,6 +748,9 @@ fn big_passwd(mode: Mode) {
         json!({"sandbox_id": id, "user": ghost, "cmd": "true"}),
         "E1001",
     );
-    assert!(e.message.contains("it is not in the sandbox's /etc/passwd"), "{e:?}");
+    assert!(
+        e.message.contains("it is not in the sandbox's /etc/passwd"),
+        "{e:?}"
+    );
 }
 both_modes!(docker_a_big_passwd_is_scanned, super::big_passwd);
