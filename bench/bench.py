@@ -64,6 +64,21 @@ IMAGE = "python:3.12-slim"
 SNAPSHOT_FILE = "/epp-bench-snapshot.txt"
 # The steps that run on the Docker tier (bench/run starts it only for them).
 DOCKER_STEPS = ("snapshot_create",)
+# Issue 24 ("close to the wire"): epp-host's CPU per `files.exists` on a warm connection
+# (CPU_CALLS calls per batch, CPU_BATCHES batches per round, after CPU_WARMUP calls);
+# streamed files of BIG_SIZES bytes (the largest in the short rounds only, --big-mib);
+# the scaling curve: SCALE_LEVELS concurrent `commands.run "true"` over each of
+# SCALE_SERIES sandboxes, and READ_LEVELS concurrent streamed reads of READ_BYTES;
+# every level has at least SCALE_MIN_CALLS timed calls (so its p99 has samples).
+CPU_CALLS, CPU_BATCHES, CPU_WARMUP, CPU_PATH = 400, 3, 50, "/tmp"
+BIG_SIZES = (32 << 20, 256 << 20)
+SCALE_SERIES = (8, 32)
+SCALE_LEVELS = (1, 16, 64, 256)
+READ_LEVELS = (1, 4, 16, 64)
+READ_BYTES = 4 << 20
+SCALE_MIN_CALLS = 32
+# The MCP overhead (issue 24): both servers of one epp-host, through one minimal client.
+MCP_VIA = ("run", "mcp")
 # The MCP workload: what a model is shown for a failing command and a missing file.
 MCP_FAIL_CMD = "ls /nope"
 MCP_MISSING_PATH = "/nope"
@@ -400,6 +415,153 @@ class Bench:
             r = self.drive_mcp(c, "errors", a)
             self.record("mcp_errors", c, {k: r[k] for k in ("failed_command", "missing_file")})
 
+    # ------------------------------------------------------------ issue 24: close to the wire
+
+    def execd(self, endpoint: str, cmd: str) -> str:
+        """A command run by bench.py itself through a sandbox's execd (no contender
+        involved); its stdout. The shared sandboxes end a response at the last event."""
+        req = urllib.request.Request(f"http://{endpoint}/command", method="POST",
+                                     data=json.dumps({"command": cmd, "background": False}).encode(),
+                                     headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+        with urllib.request.urlopen(req, timeout=300) as resp:
+            body = resp.read().decode()
+        out, code = [], None
+        for frame in body.split("\n\n"):
+            frame = frame.strip()
+            if frame.startswith("data:"):
+                frame = frame[5:].strip()
+            if not frame:
+                continue
+            ev = json.loads(frame)
+            if ev.get("type") == "stdout":
+                out.append(ev.get("text", ""))
+            elif ev.get("type") == "error":
+                raise RuntimeError(f"execd {cmd!r}: {ev}")
+        return "".join(out)
+
+    def sandbox_sha256(self, endpoint: str, path: str, remove: bool = True) -> str:
+        """sha256 of a file as the sandbox has it (`sha256sum` in the sandbox); the
+        file is removed after."""
+        out = self.execd(endpoint, f"sha256sum '{path}'" + (f"; rm -f '{path}'" if remove else ""))
+        return out.split()[0] if out.strip() else f"(no file: {out!r})"
+
+    def expected_sha(self, size: int) -> str:
+        if not hasattr(self, "shas"):
+            sys.path.insert(0, os.path.join(HERE, "drivers"))
+            self.shas = {}
+        if size not in self.shas:
+            from common import content_sha256
+            self.shas[size] = content_sha256(size)
+        return self.shas[size]
+
+    def host_cpu(self, rnd: int) -> None:
+        """W24 (epp-host only): the host process's user+sys CPU (/proc/PID/stat) per
+        `files.exists` on a warm connection, CPU_BATCHES batches of CPU_CALLS calls."""
+        a = {"sandbox": self.box[0], "path": CPU_PATH, "n": CPU_CALLS, "warmup": CPU_WARMUP,
+             "batches": CPU_BATCHES}
+        r = self.drive("epp", "cpu", a)
+        self.record("host_cpu", "epp", {k: r[k] for k in ("cpu_us", "sched_us", "wall_us", "calls", "clk_tck")})
+
+    def files_big(self, rnd: int) -> None:
+        """W24: streamed `files.write` / `files.read` (epp-host `stream: true`, 1 MiB
+        chunks; the SDK's `write_files` of a stream and `read_bytes_stream`; the raw
+        client's upload and download) of each of BIG_SIZES (the largest in the short
+        rounds only). sha256 of what the driver sent, of the file in the sandbox
+        (`sha256sum` there, through execd by bench.py) and of what came back must all
+        be the bench content's; else the step fails."""
+        small, big = self.big_sizes()
+        sizes = [small] + ([big] if rnd < self.o.short_rounds else [])
+        for size in sizes:
+            want = self.expected_sha(size)
+            for c in self.order(rnd):
+                path = f"/tmp/epp-bench-big-{os.getpid()}-{c}.bin"
+                a = {"sandbox": self.box[0], "endpoint": self.endpoint[0], "path": path, "size": size}
+                if c == "raw":
+                    a = {"endpoint": self.endpoint[0], "path": path, "size": size, "sha": 1}
+                r = self.drive(c, "files_big" if c != "raw" else "files", a)
+                got = {"sent": r.get("write_sha256"), "in the sandbox": self.sandbox_sha256(self.endpoint[0], path),
+                       "read back": r.get("read_sha256")}
+                bad = {k: v for k, v in got.items() if v != want}
+                if bad:
+                    raise RuntimeError(f"{c} streamed files, {size} bytes: sha256 mismatch (expected {want}): "
+                                       + ", ".join(f"{k} {v}" for k, v in bad.items()))
+                mib = size / (1 << 20)
+                self.record("files_big", c, {"bytes": size, "write_mib_s": mib / r["write_s"],
+                                             "read_mib_s": mib / r["read_s"], "sha256_ok": len(got),
+                                             "round": rnd, "driver_hwm_kib": r.get("hwm_kib")})
+
+    def big_sizes(self) -> tuple:
+        return (BIG_SIZES[0], self.o.big_mib << 20) if self.o.big_mib else BIG_SIZES
+
+    def scaling(self, rnd: int) -> None:
+        """W24 scaling curve (short rounds): per contender one driver process for
+        SCALE_LEVELS concurrent `commands.run "true"` over each of SCALE_SERIES
+        sandboxes, one for READ_LEVELS concurrent streamed reads of READ_BYTES over
+        8 sandboxes; wall, per-call times and the peak RSS of the process speaking
+        HTTP (epp-host itself for epp) at each level."""
+        if len(self.box) < max(SCALE_SERIES):
+            log(f"creating {max(SCALE_SERIES) - len(self.box)} more sandboxes for the scaling curve")
+            while len(self.box) < max(SCALE_SERIES):
+                b, e = self.create_sandbox(NO_GRACE)
+                self.box.append(b)
+                self.endpoint.append(e)
+        path = f"/tmp/epp-bench-scale-{os.getpid()}.bin"
+        if not getattr(self, "scale_file", None):
+            self.put_file(path, READ_BYTES)
+            self.scale_file = path
+        min_calls = SCALE_MIN_CALLS if self.o.batches > 1 else 0
+        for c in self.order(rnd):
+            a = {"sandboxes": self.box, "endpoints": ",".join(self.endpoint), "series": list(SCALE_SERIES),
+                 "levels": list(SCALE_LEVELS), "batches": self.o.batches, "min_calls": min_calls}
+            if c == "raw":
+                a = {k: (",".join(map(str, v)) if isinstance(v, list) else v) for k, v in a.items() if k != "sandboxes"}
+            r = self.drive(c, "scale_run", a)
+            self.record("scale_run", c, self.scale_steps(r))
+            a = {"sandboxes": self.box[:8], "endpoints": ",".join(self.endpoint[:8]), "path": path,
+                 "size": READ_BYTES, "levels": list(READ_LEVELS), "batches": self.o.batches, "min_calls": min_calls}
+            if c == "raw":
+                a = {k: (",".join(map(str, v)) if isinstance(v, list) else v) for k, v in a.items() if k != "sandboxes"}
+            r = self.drive(c, "scale_read", a)
+            self.record("scale_read", c, {**self.scale_steps(r),
+                                          "_checked": r.get("sha_checked", r.get("compared", 0))})
+
+    @staticmethod
+    def scale_steps(r: dict) -> dict:
+        """A driver's levels, each with the peak RSS of the process that speaks HTTP."""
+        return {k: {"wall_us": v["wall_us"], "lat_us": v["lat_us"],
+                    "hwm_kib": v.get("host_hwm_kib", v.get("hwm_kib")), "rss_kib": v.get("host_rss_kib", v.get("rss_kib"))}
+                for k, v in r["steps"].items()}
+
+    def put_file(self, path: str, size: int) -> None:
+        """The scaling curve's file, uploaded by bench.py into each of the first 8
+        sandboxes through execd, and checked there."""
+        sys.path.insert(0, os.path.join(HERE, "drivers"))
+        from common import file_content
+        data = file_content(size)
+        boundary = "benchscalefile0b1c"
+        meta = json.dumps({"path": path, "mode": 644})
+        body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"metadata\"; filename=\"metadata\"\r\n"
+                f"Content-Type: application/json\r\n\r\n{meta}\r\n--{boundary}\r\n"
+                f"Content-Disposition: form-data; name=\"file\"; filename=\"file\"\r\n"
+                f"Content-Type: application/octet-stream\r\n\r\n").encode() + data + f"\r\n--{boundary}--".encode()
+        for ep in self.endpoint[:8]:
+            req = urllib.request.Request(f"http://{ep}/files/upload", method="POST", data=body,
+                                         headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+            with urllib.request.urlopen(req, timeout=120) as resp:
+                resp.read()
+            got = self.sandbox_sha256(ep, path, remove=False)
+            if got != self.expected_sha(size):
+                raise RuntimeError(f"the scaling file in {ep}: sha256 {got}")
+
+    def mcp_overhead(self, rnd: int) -> None:
+        """W24: `commands_run "true"` through `epp-host mcp` vs `commands.run "true"`
+        through `epp-host run`, both driven by one minimal JSON-RPC stdio client
+        (drivers/epp.py rpc_run), the two back to back in each round (order rotating)."""
+        for via in self.order(rnd, MCP_VIA):
+            a = {"via": via, "sandbox": self.box[0], "n": self.o.calls, "warmup": 20}
+            r = self.drive("epp", "rpc_run", a)
+            self.record("mcp_overhead", via, {"lat_us": r["lat_us"], "hwm_kib": r["host_hwm_kib"]})
+
     # ------------------------------------------------------------ issue 23: snapshots (Docker tier)
 
     def docker_env(self) -> dict:
@@ -551,6 +713,10 @@ class Bench:
             "many_files": MANY_FILES, "small_file": SMALL_FILE, "transfer_bytes": TRANSFER_BYTES,
             "code_expr": CODE_EXPR, "code_print_bytes": CODE_PRINT_BYTES,
             "image": IMAGE, "mcp_fail_cmd": MCP_FAIL_CMD, "mcp_missing_path": MCP_MISSING_PATH,
+            "cpu_calls": CPU_CALLS, "cpu_batches": CPU_BATCHES, "cpu_warmup": CPU_WARMUP, "cpu_path": CPU_PATH,
+            "big_sizes": list(self.big_sizes()), "scale_series": list(SCALE_SERIES),
+            "scale_levels": list(SCALE_LEVELS), "read_levels": list(READ_LEVELS), "read_bytes": READ_BYTES,
+            "scale_min_calls": SCALE_MIN_CALLS if self.o.batches > 1 else 0,
         }
         steps = [("cold start", self.cold_start), ("idle memory", self.idle),
                  ("commands.run round trip", self.run_true), ("streaming", self.stream),
@@ -564,6 +730,10 @@ class Bench:
                  ("MCP servers: commands_run round trip", self.mcp_run),
                  ("MCP servers: create/kill cycle", self.mcp_cycle),
                  ("MCP servers: what a failed call shows", self.mcp_errors),
+                 ("epp-host CPU per files.exists", self.host_cpu),
+                 ("streamed files, 32 and 256 MiB, sha256 checked", self.files_big),
+                 ("scaling curve: concurrent runs and streamed reads", self.scaling),
+                 ("MCP overhead: epp-host mcp vs run, one client", self.mcp_overhead),
                  ("Docker tier: create from a snapshot vs from the image", self.snapshot_create)]
         if self.o.only:
             keep = set(self.o.only.split(","))
@@ -596,7 +766,7 @@ class Bench:
             self.drive("epp", "idle", {"settle_s": 0})
             for rnd in range(self.o.rounds):
                 for name, step in steps:
-                    if (step in (self.cycle, self.run_true_grace, self.mcp_cycle, self.snapshot_create)
+                    if (step in (self.cycle, self.run_true_grace, self.mcp_cycle, self.snapshot_create, self.scaling)
                             and rnd >= self.o.short_rounds):
                         continue
                     if step == self.mcp_errors and rnd > 0:
@@ -604,13 +774,22 @@ class Bench:
                     log(f"round {rnd + 1}/{self.o.rounds}: {name}")
                     meta = self.results["steps"].setdefault(step.__name__, {
                         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                        "load_before": os.getloadavg(), "rounds": 0, "seconds": 0.0})
+                        "load_before": os.getloadavg(), "rounds": 0, "seconds": 0.0,
+                        # This run's knobs, kept with the step: merged into another run's
+                        # samples (--only), the step's section still states its own.
+                        "config": self.results["config"]})
                     t = time.perf_counter()
                     step(rnd)
                     meta["seconds"] = round(meta["seconds"] + time.perf_counter() - t, 1)
                     meta["rounds"] += 1
                     meta["load_after"] = os.getloadavg()
         finally:
+            if getattr(self, "scale_file", None):
+                for ep in self.endpoint[:8]:
+                    try:
+                        self.execd(ep, f"rm -f '{self.scale_file}'")
+                    except OSError:
+                        pass
             for b in self.box + extra:
                 try:
                     self.api("DELETE", f"/v1/sandboxes/{b}")
@@ -689,9 +868,12 @@ def main() -> None:
     p.add_argument("--watch-writes", type=int, default=20, help="workload 10: timed writes per round")
     p.add_argument("--watch-idle", type=float, default=6.0,
                    help="workload 10: seconds an idle watch's requests are counted (short rounds)")
+    p.add_argument("--big-mib", type=int, default=0,
+                   help="issue 24's streamed files: the large size in MiB (default 256; 32 MiB always runs)")
     p.add_argument("--only", default="", help="comma list of steps (cold_start, idle, run_true, stream, files, "
                    "concurrent, cycle, run_true_grace, session_run, stdin_round_trip, watch, files_many, transfer, "
-                   "code_run, code_stream, mcp_list, mcp_run, mcp_cycle, mcp_errors, snapshot_create); "
+                   "code_run, code_stream, mcp_list, mcp_run, mcp_cycle, mcp_errors, snapshot_create, "
+                   "host_cpu, files_big, scaling, mcp_overhead); "
                    "their samples are merged into those already in --out")
     p.add_argument("--docker-url", default="", help="the Docker tier's base URL (workload 16, snapshot_create; "
                    "without it that step is skipped)")

@@ -10,6 +10,7 @@ ABX_OPENSANDBOX_API_KEY (set by bench/bench.py).
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import queue
@@ -18,14 +19,14 @@ import subprocess
 import threading
 import time
 
-from common import args, emit, file_content, memory
+from common import Spool, args, content_sha256, cpu_times, emit, file_content, memory, pieces, reset_peak
 
 ns = time.perf_counter_ns
 
 
 class Host:
-    def __init__(self, env: dict | None = None) -> None:
-        argv = [os.environ["EPP_HOST_BIN"], "run", os.environ["EPP_GUEST_WASM"],
+    def __init__(self, env: dict | None = None, command: str = "run") -> None:
+        argv = [os.environ["EPP_HOST_BIN"], command, os.environ["EPP_GUEST_WASM"],
                 "--trusted-key", os.environ["EPP_TRUSTED_KEY"], "--cache-dir", os.environ["EPP_CACHE_DIR"]]
         # bench/profile-epp runs the host under valgrind this way (with smaller
         # pools: valgrind cannot reserve the default pools' address space).
@@ -242,25 +243,34 @@ def read_raw_answer_undecoded(host: Host, want: int) -> bytes:
             return line
 
 
+def run_batch(host: Host, boxes: list, n: int) -> list:
+    """`n` `commands.run "true"` written at once (request i → sandbox i mod len);
+    each call's time from the batch's start to its answer, in answer order."""
+    lines = []
+    first = host.next_id + 1
+    for i in range(n):
+        host.next_id += 1
+        lines.append(json.dumps({"jsonrpc": "2.0", "id": host.next_id, "method": "commands.run",
+                                 "params": {"sandbox_id": boxes[i % len(boxes)], "cmd": "true"}}))
+    t = ns()
+    host.proc.stdin.write(("\n".join(lines) + "\n").encode())
+    host.proc.stdin.flush()
+    done = []
+    while len(done) < n:
+        msg = host.read()
+        if msg.get("id") is not None and msg["id"] >= first:
+            result = host.answer(msg)
+            done.append((ns() - t) // 1000)
+            if result["exit_code"] != 0:
+                raise RuntimeError(f"`true` exited {result['exit_code']}")
+    return done
+
+
 def w_concurrent(host: Host, a: dict) -> dict:
     boxes, n = a["sandboxes"], a["n"]
     walls, lat = [], []
     for batch in range(a["batches"] + 1):  # batch 0 warms up
-        params = [{"sandbox_id": boxes[i % len(boxes)], "cmd": "true"} for i in range(n)]
-        lines = []
-        first = host.next_id + 1
-        for p in params:
-            host.next_id += 1
-            lines.append(json.dumps({"jsonrpc": "2.0", "id": host.next_id, "method": "commands.run", "params": p}))
-        t = ns()
-        host.proc.stdin.write(("\n".join(lines) + "\n").encode())
-        host.proc.stdin.flush()
-        done = []
-        while len(done) < n:
-            msg = host.read()
-            if msg.get("id") is not None and msg["id"] >= first:
-                host.answer(msg)
-                done.append((ns() - t) // 1000)
+        done = run_batch(host, boxes, n)
         if batch > 0:
             walls.append(max(done))
             lat.extend(done)
@@ -593,14 +603,272 @@ def w_code_stream(host: Host, a: dict) -> dict:
     return {"secs": secs, "text_bytes": got["bytes"], "lines": got["lines"], "notifications": len(notes)}
 
 
+# ------------------------------------------------------------ issue 24: close to the wire
+
+
+def w_cpu(host: Host, a: dict) -> dict:
+    """Per-call CPU of epp-host: user+sys of the host process (/proc/PID/stat) over
+    `n` sequential `files.exists` on a warm connection, `batches` times, after
+    `warmup` calls. Also the same from the threads' schedstat (ns resolution; misses
+    threads that ended) and the wall time per call."""
+    box, path, n = a["sandbox"], a.get("path", "/tmp"), a["n"]
+    params = {"sandbox_id": box, "path": path}
+    for _ in range(a["warmup"]):
+        if not host.call("files.exists", params)["exists"]:
+            raise RuntimeError(f"files.exists {path}: false")
+    pid = host.proc.pid
+    stat_us, sched_us, wall_us = [], [], []
+    for _ in range(a["batches"]):
+        c0, s0 = cpu_times(pid)
+        t = ns()
+        for _ in range(n):
+            host.call("files.exists", params)
+        wall = (ns() - t) / 1e3
+        c1, s1 = cpu_times(pid)
+        stat_us.append((c1 - c0) * 1e6 / n)
+        sched_us.append((s1 - s0) * 1e6 / n)
+        wall_us.append(wall / n)
+    return {"cpu_us": stat_us, "sched_us": sched_us, "wall_us": wall_us, "calls": n,
+            "clk_tck": os.sysconf("SC_CLK_TCK")}
+
+
+ANSWER = b'{"jsonrpc":"2.0","id":'
+
+
+def check_pieces(spool: Spool, note: str, size: int | None = None) -> tuple[str, int, int]:
+    """sha256, bytes and pieces of a streamed read's content, from the spooled
+    notification lines (each a `note` with `offset` and `content`); the offsets
+    must follow each other."""
+    h, got, count = hashlib.sha256(), 0, 0
+    for line in spool.lines():
+        msg = json.loads(line)
+        if msg.get("method") != note:
+            continue
+        p = msg["params"]
+        if p["offset"] != got:
+            raise RuntimeError(f"{note} at offset {p['offset']}, expected {got}")
+        data = p["content"].encode()
+        h.update(data)
+        got += len(data)
+        count += 1
+    if size is not None and got != size:
+        raise RuntimeError(f"{note}: {got} bytes, not {size}")
+    return h.hexdigest(), got, count
+
+
+def w_files_big(host: Host, a: dict) -> dict:
+    """W24 streamed files: `files.write {stream: true}` of `size` bytes in
+    `files.write_chunk`s of 1 MiB, then `files.read {stream: true}`. Memory stays
+    bounded: every chunk line is made once per distinct piece (the content repeats
+    every 64 bytes) and hashed before the clock starts; the read's notification
+    lines are spooled to tmpfs while the clock runs and decoded and hashed after."""
+    box, path, size = a["sandbox"], a["path"], a["size"]
+    run_true(host, box)
+    host.next_id += 1
+    want = host.next_id
+    head = json.dumps({"jsonrpc": "2.0", "id": want, "method": "files.write",
+                       "params": {"sandbox_id": box, "path": path, "size": size, "stream": True}}).encode() + b"\n"
+    encoded: dict = {}
+    sent = hashlib.sha256()
+    chunks = []  # (the piece's bytes, its line), lines shared between equal pieces
+    for _, piece in pieces(size, STREAM_CHUNK):
+        line = encoded.get(id(piece))
+        if line is None:
+            line = encoded[id(piece)] = json.dumps(
+                {"jsonrpc": "2.0", "method": "files.write_chunk",
+                 "params": {"request_id": want, "content": piece.decode()}}).encode() + b"\n"
+        sent.update(piece)
+        chunks.append(line)
+    profile(host, True)
+    t = ns()
+    host.proc.stdin.write(head)
+    for line in chunks:
+        host.proc.stdin.write(line)
+    host.proc.stdin.flush()
+    answer = json.loads(read_raw_answer(host, want))["result"]
+    write_s = (ns() - t) / 1e9
+    del chunks, encoded
+    if answer.get("size") != size:
+        raise RuntimeError(f"files.write answered size {answer.get('size')}, not {size}")
+    spool = Spool()
+    t = ns()
+    want = host.send("files.read", {"sandbox_id": box, "path": path, "stream": True})
+    while True:
+        line = host.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("epp-host closed its output")
+        if line.startswith(ANSWER):
+            msg = json.loads(line)
+            if msg.get("id") == want:
+                break
+        spool.write(line)
+    read_s = (ns() - t) / 1e9
+    profile(host, False)
+    result = host.answer(msg)
+    read_sha, got, notes = check_pieces(spool, "files.data", size)
+    spool.close()
+    if result.get("size") != size:
+        raise RuntimeError(f"files.read answered size {result.get('size')}, not {size}")
+    return {"write_s": write_s, "read_s": read_s, "bytes": size, "write_sha256": sent.hexdigest(),
+            "read_sha256": read_sha, "notes": notes}
+
+
+def w_scale_run(host: Host, a: dict) -> dict:
+    """W24 scaling: for each count of sandboxes in `series` and each level in
+    `levels`, one warm-up batch then batches of that many concurrent
+    `commands.run "true"` (at least `min_calls` calls per level); epp-host's
+    peak RSS (VmHWM, reset before each level's timed batches) and RSS after."""
+    out: dict = {}
+    for k in a["series"]:
+        boxes = a["sandboxes"][:k]
+        for n in a["levels"]:
+            run_batch(host, boxes, n)
+            reset_peak(host.proc.pid)
+            walls, lat = [], []
+            for _ in range(max(a["batches"], -(-a.get("min_calls", 0) // n))):
+                done = run_batch(host, boxes, n)
+                walls.append(max(done))
+                lat.extend(done)
+            rss, hwm = memory(host.proc.pid)
+            out[f"{k}x{n}"] = {"wall_us": walls, "lat_us": lat, "host_rss_kib": rss, "host_hwm_kib": hwm}
+    return {"steps": out}
+
+
+def read_batch(host: Host, boxes: list, path: str, n: int, size: int, check: bool) -> tuple[list, int]:
+    """`n` concurrent `files.read {stream: true}` of `path` (request i → sandbox i
+    mod len): each call's time from the batch's start to its answer; with `check`,
+    every read's content is hashed after the clock stops (from a spool) and
+    compared. Every answer's `size` must be `size`. Returns (times, reads checked)."""
+    first = host.next_id + 1
+    lines = []
+    for i in range(n):
+        host.next_id += 1
+        lines.append(json.dumps({"jsonrpc": "2.0", "id": host.next_id, "method": "files.read",
+                                 "params": {"sandbox_id": boxes[i % len(boxes)], "path": path, "stream": True}}))
+    spool = Spool() if check else None
+    t = ns()
+    host.proc.stdin.write(("\n".join(lines) + "\n").encode())
+    host.proc.stdin.flush()
+    done = []
+    while len(done) < n:
+        line = host.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("epp-host closed its output")
+        if line.startswith(ANSWER):
+            msg = json.loads(line)
+            if msg.get("id", 0) >= first:
+                done.append((ns() - t) // 1000)
+                got = host.answer(msg).get("size")
+                if got != size:
+                    raise RuntimeError(f"files.read {path} answered size {got}, not {size}")
+            continue
+        if spool is not None:
+            spool.write(line)
+    if spool is None:
+        return done, 0
+    per: dict = {}
+    for line in spool.lines():
+        msg = json.loads(line)
+        if msg.get("method") != "files.data":
+            continue
+        p = msg["params"]
+        h, off = per.setdefault(p["request_id"], (hashlib.sha256(), [0]))
+        if p["offset"] != off[0]:
+            raise RuntimeError(f"files.data of {p['request_id']} at offset {p['offset']}, expected {off[0]}")
+        data = p["content"].encode()
+        h.update(data)
+        off[0] += len(data)
+    spool.close()
+    want = a_sha256(size)
+    for rid in range(first, first + n):
+        h, off = per.get(rid, (hashlib.sha256(), [0]))
+        if off[0] != size or h.hexdigest() != want:
+            raise RuntimeError(f"files.read {rid}: {off[0]} bytes, sha256 {h.hexdigest()}, expected {want}")
+    return done, n
+
+
+_SHA: dict = {}
+
+
+def a_sha256(size: int) -> str:
+    if size not in _SHA:
+        _SHA[size] = content_sha256(size)
+    return _SHA[size]
+
+
+def w_scale_read(host: Host, a: dict) -> dict:
+    """W24 scaling: for each level, `n` concurrent streamed reads of a file of
+    `size` bytes at `path` (the same in every sandbox), one warm-up batch whose
+    content is hashed and compared, then timed batches whose answers' sizes are
+    checked; epp-host's peak RSS per level (VmHWM reset before the timed batches)."""
+    boxes, path, size = a["sandboxes"], a["path"], a["size"]
+    out, checked = {}, 0
+    for n in a["levels"]:
+        checked += read_batch(host, boxes, path, n, size, True)[1]
+        reset_peak(host.proc.pid)
+        walls, lat = [], []
+        for _ in range(max(a["batches"], -(-a.get("min_calls", 0) // n))):
+            done, _ = read_batch(host, boxes, path, n, size, False)
+            walls.append(max(done))
+            lat.extend(done)
+        rss, hwm = memory(host.proc.pid)
+        out[f"{len(boxes)}x{n}"] = {"wall_us": walls, "lat_us": lat, "host_rss_kib": rss, "host_hwm_kib": hwm}
+    return {"steps": out, "sha_checked": checked}
+
+
+def w_rpc_run(a: dict) -> dict:
+    """W24 MCP overhead, both sides through this one minimal JSON-RPC client
+    (stdlib, one thread, write a request and read lines until its answer):
+    `via: "run"` is `commands.run "true"` on `epp-host run`; `via: "mcp"` is
+    `tools/call commands_run {cmd: "true"}` on `epp-host mcp` after `initialize`
+    and `notifications/initialized`. Each answer is decoded and its exit code
+    checked, on both sides alike."""
+    via, box = a["via"], a["sandbox"]
+    host = Host(command=via)
+    try:
+        if via == "mcp":
+            init = host.call("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                            "clientInfo": {"name": "epp-bench", "version": "1"}})
+            host.proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+            host.proc.stdin.flush()
+
+            def one() -> None:
+                r = host.call("tools/call", {"name": "commands_run", "arguments": {"sandbox_id": box, "cmd": "true"}})
+                if r.get("isError") or r.get("structuredContent", {}).get("exit_code") != 0:
+                    raise RuntimeError(f"commands_run \"true\" through MCP: {json.dumps(r)[:500]}")
+        else:
+            init = host.call("epp.hello", {"protocol": "EPP/1"})
+
+            def one() -> None:
+                run_true(host, box)
+        lat = []
+        for i in range(a["warmup"] + a["n"]):
+            t = ns()
+            one()
+            if i >= a["warmup"]:
+                lat.append((ns() - t) // 1000)
+        rss, hwm = memory(host.proc.pid)
+    finally:
+        host.close()
+    return {"lat_us": lat, "host_rss_kib": rss, "host_hwm_kib": hwm,
+            "server": (init.get("serverInfo") or {}).get("version", "") if isinstance(init, dict) else ""}
+
+
 WORKLOADS = {"idle": w_idle, "run": w_run, "stream": w_stream, "files": w_files, "files_stream": w_files_stream,
              "concurrent": w_concurrent, "cycle": w_cycle, "session": w_session, "stdin": w_stdin,
              "watch": w_watch, "files_many": w_files_many, "transfer": w_transfer,
-             "code": w_code, "code_stream": w_code_stream, "snapshot_cycle": w_snapshot_cycle}
+             "code": w_code, "code_stream": w_code_stream, "snapshot_cycle": w_snapshot_cycle,
+             "cpu": w_cpu, "files_big": w_files_big, "scale_run": w_scale_run, "scale_read": w_scale_read}
+# Workloads that start their own epp-host (or another command of it).
+OWN_HOST = {"rpc_run": w_rpc_run}
 
 
 def main() -> None:
     workload, a = args()
+    if workload in OWN_HOST:
+        result = OWN_HOST[workload](a)
+        result.update(zip(("rss_kib", "hwm_kib"), memory()))
+        emit(result)
     host = Host()
     try:
         result = WORKLOADS[workload](host, a)

@@ -14,7 +14,10 @@ import logging
 import time
 from datetime import timedelta
 
-from common import args, emit, file_content, memory
+import hashlib
+import io
+
+from common import Spool, args, content_sha256, emit, file_content, memory, pieces, reset_peak
 
 from opensandbox import Sandbox
 from opensandbox.config import ConnectionConfig
@@ -198,9 +201,140 @@ async def w_code(a: dict) -> dict:
     return {"lat_us": lat}
 
 
+# ------------------------------------------------------------ issue 24: close to the wire
+
+
+class Generated(io.RawIOBase):
+    """file_content(size) as a binary stream, made piece by piece as it is read
+    (the SDK uploads an IOBase in 64 KiB reads), hashed as it goes out."""
+
+    def __init__(self, size: int) -> None:
+        self.it = pieces(size, 1 << 20)
+        self.buf, self.at = b"", 0
+        self.sha = hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        if self.at == len(self.buf):
+            nxt = next(self.it, None)
+            if nxt is None:
+                return 0
+            self.buf, self.at = nxt[1], 0
+            self.sha.update(self.buf)
+        n = min(len(b), len(self.buf) - self.at)
+        b[:n] = self.buf[self.at:self.at + n]
+        self.at += n
+        return n
+
+
+async def w_files_big(a: dict) -> dict:
+    """W24 streamed files: `write_files` of a generated stream (never whole in
+    memory), then `read_bytes_stream`, its chunks spooled to tmpfs while the clock
+    runs and hashed after it stops."""
+    sandbox = await Sandbox.connect(a["sandbox"], connection_config=config())
+    await run_true(sandbox)
+    size = a["size"]
+    src = Generated(size)
+    t = ns()
+    await sandbox.files.write_files([WriteEntry(path=a["path"], data=src, mode=644)])
+    write_s = (ns() - t) / 1e9
+    spool = Spool()
+    t = ns()
+    async for chunk in await sandbox.files.read_bytes_stream(a["path"], chunk_size=1 << 20):
+        spool.write(chunk)
+    read_s = (ns() - t) / 1e9
+    h, got = hashlib.sha256(), 0
+    for b in spool.blocks():
+        h.update(b)
+        got += len(b)
+    spool.close()
+    if got != size:
+        raise RuntimeError(f"read_bytes_stream gave {got} bytes, not {size}")
+    return {"write_s": write_s, "read_s": read_s, "bytes": size, "write_sha256": src.sha.hexdigest(),
+            "read_sha256": h.hexdigest()}
+
+
+def level_batches(a: dict, n: int) -> int:
+    return max(a["batches"], -(-a.get("min_calls", 0) // n))
+
+
+async def w_scale_run(a: dict) -> dict:
+    """W24 scaling: `n` concurrent `commands.run("true")` (asyncio.gather) for each
+    level and count of sandboxes, one warm-up batch per level; this process's
+    peak RSS per level."""
+    boxes = [await Sandbox.connect(s, connection_config=config()) for s in a["sandboxes"]]
+
+    async def one(sandbox: Sandbox, t0: int) -> int:
+        await run_true(sandbox)
+        return (ns() - t0) // 1000
+
+    out = {}
+    for k in a["series"]:
+        for n in a["levels"]:
+            for batch in range(level_batches(a, n) + 1):
+                if batch == 1:
+                    reset_peak("self")
+                    walls, lat = [], []
+                t = ns()
+                done = await asyncio.gather(*(one(boxes[i % k], t) for i in range(n)))
+                if batch > 0:
+                    walls.append(max(done))
+                    lat.extend(done)
+            rss, hwm = memory()
+            out[f"{k}x{n}"] = {"wall_us": walls, "lat_us": lat, "rss_kib": rss, "hwm_kib": hwm}
+    return {"steps": out}
+
+
+async def w_scale_read(a: dict) -> dict:
+    """W24 scaling: `n` concurrent `read_bytes_stream` of a file of `size` bytes;
+    the warm-up batch of each level spools and hashes every read after the clock
+    stops, the timed batches count bytes."""
+    boxes = [await Sandbox.connect(s, connection_config=config()) for s in a["sandboxes"]]
+    path, size = a["path"], a["size"]
+    want = content_sha256(size)
+
+    async def one(sandbox: Sandbox, t0: int, spool) -> int:
+        got = 0
+        async for chunk in await sandbox.files.read_bytes_stream(path, chunk_size=1 << 20):
+            got += len(chunk)
+            if spool is not None:
+                spool.write(chunk)
+        if got != size:
+            raise RuntimeError(f"read_bytes_stream {path}: {got} bytes, not {size}")
+        return (ns() - t0) // 1000
+
+    out, checked = {}, 0
+    for n in a["levels"]:
+        for batch in range(level_batches(a, n) + 1):
+            if batch == 1:
+                reset_peak("self")
+                walls, lat = [], []
+            spools = [Spool() for _ in range(n)] if batch == 0 else [None] * n
+            t = ns()
+            done = await asyncio.gather(*(one(boxes[i % len(boxes)], t, spools[i]) for i in range(n)))
+            if batch == 0:
+                for sp in spools:
+                    h = hashlib.sha256()
+                    for b in sp.blocks():
+                        h.update(b)
+                    sp.close()
+                    if h.hexdigest() != want:
+                        raise RuntimeError(f"read_bytes_stream {path}: sha256 {h.hexdigest()}, expected {want}")
+                    checked += 1
+            else:
+                walls.append(max(done))
+                lat.extend(done)
+        rss, hwm = memory()
+        out[f"{len(boxes)}x{n}"] = {"wall_us": walls, "lat_us": lat, "rss_kib": rss, "hwm_kib": hwm}
+    return {"steps": out, "sha_checked": checked}
+
+
 WORKLOADS = {"idle": w_idle, "run": w_run, "stream": w_stream, "files": w_files,
              "concurrent": w_concurrent, "cycle": w_cycle, "session": w_session,
-             "files_many": w_files_many, "code": w_code, "snapshot_cycle": w_snapshot_cycle}
+             "files_many": w_files_many, "code": w_code, "snapshot_cycle": w_snapshot_cycle,
+             "files_big": w_files_big, "scale_run": w_scale_run, "scale_read": w_scale_read}
 
 
 def main() -> None:

@@ -6,6 +6,7 @@
 //! prints one JSON object on stdout. Workloads mirror bench/drivers/*.py.
 
 mod http;
+mod sha256;
 
 use http::{Conn, Pool};
 use std::collections::HashMap;
@@ -25,8 +26,15 @@ fn main() {
         "session" => session(&get("endpoint"), num("n", 200), num("warmup", 20)),
         "run" => run(&get("endpoint"), &get("cmd"), num("n", 200), num("warmup", 20), num("drain", 1) == 1),
         "stream" => stream(&get("endpoint"), &get("cmd"), num("drain", 1) == 1),
-        "files" => files(&get("endpoint"), &get("path"), num("size", 32 << 20)),
+        "files" => files(&get("endpoint"), &get("path"), num("size", 32 << 20), num("sha", 0) == 1),
         "concurrent" => concurrent(&get("endpoints"), num("n", 64), num("batches", 3), num("drain", 1) == 1),
+        "scale_run" => scale_run(&get("endpoints"), &nums(&get("series")), &nums(&get("levels")), num("batches", 3), num("min_calls", 0)),
+        "scale_read" => scale_read(&get("endpoints"), &get("path"), num("size", 4 << 20), &nums(&get("levels")), num("batches", 3), num("min_calls", 0)),
+        "sha256" => {
+            let mut h = sha256::Sha256::new();
+            h.update(&file_content(num("size", 0)));
+            Ok(format!("\"sha256\":\"{}\"", h.hex()))
+        }
         "cycle" => cycle(&get("server"), &get("key"), num("n", 3)),
         "snapshot_cycle" => {
             let source = (get("image"), get("snapshot"));
@@ -48,6 +56,16 @@ fn main() {
             std::process::exit(1);
         }
     }
+}
+
+/// `1,16,64` → [1, 16, 64].
+fn nums(v: &str) -> Vec<usize> {
+    v.split(',').filter_map(|x| x.trim().parse().ok()).collect()
+}
+
+/// VmHWM back to VmRSS (Linux ≥ 4.0), so the next reading is the peak from here on.
+fn reset_peak() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
 /// VmRSS and VmHWM of this process, in KiB.
@@ -360,7 +378,7 @@ fn encode_query(v: &str) -> String {
         .collect()
 }
 
-fn files(endpoint: &str, path: &str, size: usize) -> io::Result<String> {
+fn files(endpoint: &str, path: &str, size: usize, sha: bool) -> io::Result<String> {
     let (authority, prefix) = split_endpoint(endpoint);
     let pool = Pool::new(&authority);
     let content = file_content(size);
@@ -415,54 +433,180 @@ fn files(endpoint: &str, path: &str, size: usize) -> io::Result<String> {
             if got == content { "equal" } else { "differs" }
         )));
     }
-    Ok(format!("\"write_s\":{write_s},\"read_s\":{read_s},\"bytes\":{size}"))
+    // With `sha`: sha256 of what was sent and of what came back, after the clock stopped.
+    let shas = if sha {
+        let (mut sent, mut back) = (sha256::Sha256::new(), sha256::Sha256::new());
+        sent.update(&content);
+        back.update(&got);
+        format!(",\"write_sha256\":\"{}\",\"read_sha256\":\"{}\"", sent.hex(), back.hex())
+    } else {
+        String::new()
+    };
+    Ok(format!("\"write_s\":{write_s},\"read_s\":{read_s},\"bytes\":{size}{shas}"))
 }
 
-/// `n` commands at once over the sandboxes' endpoints (request i → sandbox i mod k).
-fn concurrent(endpoints: &str, n: usize, batches: usize, drain: bool) -> io::Result<String> {
-    let targets: Vec<(Arc<Pool>, String)> = endpoints
+type Target = (Arc<Pool>, String);
+
+fn targets_of(endpoints: &str) -> Vec<Target> {
+    endpoints
         .split(',')
         .map(|e| {
             let (a, p) = split_endpoint(e);
             (Arc::new(Pool::new(&a)), p)
         })
+        .collect()
+}
+
+/// `n` threads released at once by a barrier, thread i calling `f(target i mod
+/// k)`, which returns (its start, its end); (wall from the first start to the
+/// last end, each call's time).
+fn batch<F>(targets: &[Target], n: usize, f: F) -> io::Result<(u64, Vec<u64>)>
+where
+    F: Fn(&Pool, &str) -> io::Result<(Instant, Instant)> + Send + Sync + 'static,
+{
+    let f = Arc::new(f);
+    let barrier = Arc::new(Barrier::new(n + 1));
+    let handles: Vec<_> = (0..n)
+        .map(|i| {
+            let (pool, prefix) = targets[i % targets.len()].clone();
+            let (barrier, f) = (barrier.clone(), f.clone());
+            std::thread::spawn(move || -> io::Result<(Instant, Instant)> {
+                barrier.wait();
+                f(&pool, &prefix)
+            })
+        })
         .collect();
+    barrier.wait();
+    // The batch runs from the first request sent to the last answer read
+    // (this thread may be scheduled late after the barrier).
+    let mut span: Option<(Instant, Instant)> = None;
+    let mut these = Vec::with_capacity(n);
+    for h in handles {
+        let (t0, t1) = h.join().map_err(|_| io::Error::other("thread panicked"))??;
+        these.push(t1.duration_since(t0).as_micros() as u64);
+        span = Some(match span {
+            None => (t0, t1),
+            Some((a, b)) => (a.min(t0), b.max(t1)),
+        });
+    }
+    let (start, end) = span.ok_or_else(|| io::Error::other("empty batch"))?;
+    Ok((end.duration_since(start).as_micros() as u64, these))
+}
+
+fn run_one(pool: &Pool, prefix: &str, drain: bool) -> io::Result<(Instant, Instant)> {
+    let t = Instant::now();
+    let out = command(pool, prefix, "true", drain)?;
+    Ok((t, done(&out)))
+}
+
+/// `n` commands at once over the sandboxes' endpoints (request i → sandbox i mod k).
+fn concurrent(endpoints: &str, n: usize, batches: usize, drain: bool) -> io::Result<String> {
+    let targets = targets_of(endpoints);
     let mut walls = Vec::new();
     let mut lat = Vec::new();
     // Batch 0 is the warm-up (connections opened, endpoints known).
-    for batch in 0..=batches {
-        let barrier = Arc::new(Barrier::new(n + 1));
-        let handles: Vec<_> = (0..n)
-            .map(|i| {
-                let (pool, prefix) = targets[i % targets.len()].clone();
-                let barrier = barrier.clone();
-                std::thread::spawn(move || -> io::Result<(Instant, Instant)> {
-                    barrier.wait();
-                    let t = Instant::now();
-                    let out = command(&pool, &prefix, "true", drain)?;
-                    Ok((t, done(&out)))
-                })
-            })
-            .collect();
-        barrier.wait();
-        // The batch runs from the first request sent to the last answer read
-        // (this thread may be scheduled late after the barrier).
-        let mut span: Option<(Instant, Instant)> = None;
-        let mut these = Vec::new();
-        for h in handles {
-            let (t0, t1) = h.join().map_err(|_| io::Error::other("thread panicked"))??;
-            these.push(t1.duration_since(t0).as_micros() as u64);
-            span = Some(match span {
-                None => (t0, t1),
-                Some((a, b)) => (a.min(t0), b.max(t1)),
-            });
-        }
-        if let (true, Some((start, end))) = (batch > 0, span) {
-            walls.push(end.duration_since(start).as_micros() as u64);
+    for b in 0..=batches {
+        let (wall, these) = batch(&targets, n, move |pool, prefix| run_one(pool, prefix, drain))?;
+        if b > 0 {
+            walls.push(wall);
             lat.extend(these);
         }
     }
     Ok(format!("\"wall_us\":{},\"lat_us\":{}", list(&walls), list(&lat)))
+}
+
+/// Timed batches of one level: at least `batches`, and at least `min_calls` calls.
+fn level_batches(batches: usize, min_calls: usize, n: usize) -> usize {
+    batches.max(min_calls.div_ceil(n.max(1)))
+}
+
+/// Workload 24's scaling curve: for each count of sandboxes in `series` and each
+/// level, one warm-up batch, then timed batches of `level` concurrent commands;
+/// this process's peak RSS per level (VmHWM reset before the timed batches).
+fn scale_run(endpoints: &str, series: &[usize], levels: &[usize], batches: usize, min_calls: usize) -> io::Result<String> {
+    let all = targets_of(endpoints);
+    let mut steps = Vec::new();
+    for &k in series {
+        let targets = &all[..k.min(all.len())];
+        for &n in levels {
+            batch(targets, n, |pool, prefix| run_one(pool, prefix, true))?;
+            reset_peak();
+            let (mut walls, mut lat) = (Vec::new(), Vec::new());
+            for _ in 0..level_batches(batches, min_calls, n) {
+                let (wall, these) = batch(targets, n, |pool, prefix| run_one(pool, prefix, true))?;
+                walls.push(wall);
+                lat.extend(these);
+            }
+            let (rss, hwm) = memory();
+            steps.push(format!(
+                "\"{}x{n}\":{{\"wall_us\":{},\"lat_us\":{},\"rss_kib\":{rss},\"hwm_kib\":{hwm}}}",
+                targets.len(),
+                list(&walls),
+                list(&lat)
+            ));
+        }
+    }
+    Ok(format!("\"steps\":{{{}}}", steps.join(",")))
+}
+
+/// One `GET /files/download` read to its end, every piece compared with the
+/// bench content at its offset (a memcmp, inside the timed part: negligible).
+fn download_one(pool: &Pool, prefix: &str, query: &str, want: &[u8]) -> io::Result<(Instant, Instant)> {
+    let t = Instant::now();
+    let mut conn = pool.take()?;
+    conn.send("GET", &format!("{prefix}/files/download?path={query}"), &[], &[])?;
+    let head = conn.read_head()?;
+    let (mut got, mut equal) = (0usize, true);
+    conn.read_body(&head, |b| {
+        equal &= want.get(got..got + b.len()) == Some(b);
+        got += b.len();
+        true
+    })?;
+    let end = Instant::now();
+    if head.status != 200 || got != want.len() || !equal {
+        return Err(io::Error::other(format!(
+            "download: HTTP {}, {got} bytes of {}, content {}",
+            head.status,
+            want.len(),
+            if equal { "equal" } else { "differs" }
+        )));
+    }
+    pool.give(conn);
+    Ok((t, end))
+}
+
+/// Workload 24's scaling curve for files: `level` concurrent downloads of `path`
+/// (`size` bytes of the bench content) over the endpoints, one warm-up batch per level.
+fn scale_read(endpoints: &str, path: &str, size: usize, levels: &[usize], batches: usize, min_calls: usize) -> io::Result<String> {
+    let targets = targets_of(endpoints);
+    let want = Arc::new(file_content(size));
+    let query = Arc::new(encode_query(path));
+    let mut steps = Vec::new();
+    let mut compared = 0;
+    for &n in levels {
+        let go = || {
+            let (want, query) = (want.clone(), query.clone());
+            batch(&targets, n, move |pool, prefix| download_one(pool, prefix, &query, &want))
+        };
+        go()?;
+        compared += n;
+        reset_peak();
+        let (mut walls, mut lat) = (Vec::new(), Vec::new());
+        for _ in 0..level_batches(batches, min_calls, n) {
+            let (wall, these) = go()?;
+            walls.push(wall);
+            lat.extend(these);
+            compared += n;
+        }
+        let (rss, hwm) = memory();
+        steps.push(format!(
+            "\"{}x{n}\":{{\"wall_us\":{},\"lat_us\":{},\"rss_kib\":{rss},\"hwm_kib\":{hwm}}}",
+            targets.len(),
+            list(&walls),
+            list(&lat)
+        ));
+    }
+    Ok(format!("\"steps\":{{{}}},\"compared\":{compared}", steps.join(",")))
 }
 
 /// Sandbox create → ready (endpoint known, execd answers /ping) → delete.
