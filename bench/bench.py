@@ -460,7 +460,8 @@ class Bench:
         a = {"sandbox": self.box[0], "path": CPU_PATH, "n": CPU_CALLS, "warmup": CPU_WARMUP,
              "batches": CPU_BATCHES}
         r = self.drive("epp", "cpu", a)
-        self.record("host_cpu", "epp", {k: r[k] for k in ("cpu_us", "sched_us", "wall_us", "calls", "clk_tck")})
+        self.record("host_cpu", "epp", {k: r[k] for k in ("cpu_us", "sched_us", "wall_us", "calls", "clk_tck",
+                                                          "idle_cpu_us_per_s", "idle_sched_us_per_s")})
 
     def files_big(self, rnd: int) -> None:
         """W24: streamed `files.write` / `files.read` (epp-host `stream: true`, 1 MiB

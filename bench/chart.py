@@ -48,7 +48,29 @@ def legend(s: Svg) -> None:
     s.y += 22
 
 
-def panel_relative(s: Svg, st) -> None:
+def streamed_rows(data: dict) -> list:
+    """Issue 24's streamed files (files_big), as rows of the relative panel: each
+    contender's MiB/s over the raw floor's, paired per round."""
+    from report import per_round_ratio, w24_stats  # late: report imports this module
+    big = w24_stats(data).get("big", {})
+    rows = []
+    for size in big.get("sizes", []):
+        r = big[size]
+        for way in ("write", "read"):
+            if ("raw", way) not in r:
+                continue
+            cells = {}
+            for c in ("epp", "sdk", "raw"):
+                if (c, way) not in r:
+                    cells[c] = (0.0, "–")
+                    continue
+                ratio = per_round_ratio(r[(c, way)], r[("raw", way)])[0]
+                cells[c] = (0.0 if math.isnan(ratio) else ratio, f"{r[(c, way, 'mid')]:.0f} MiB/s")
+            rows.append((f"24. {way} {size >> 20} MiB, streamed", cells, 0.8))
+    return rows
+
+
+def panel_relative(s: Svg, st, extra: list = ()) -> None:
     e, p, r = st.m["epp"], st.m["sdk"], st.m["raw"]
     # (label, per-contender (speed relative to raw, absolute text), target as relative speed)
     def num(x: float) -> str:
@@ -71,7 +93,7 @@ def panel_relative(s: Svg, st) -> None:
         ("5. 64 concurrent runs, wall", t("conc_wall", "ms"), None),
         ("5. 64 concurrent runs, p99", t("conc_p99", "ms"), None),
         ("6. create → ready → kill", t("cycle", "ms"), None),
-    ]
+    ] + list(extra)
     top = max(1.2, max(val for _, d, _ in rows for val, _ in d.values()) * 1.05)
     span = WIDTH - LEFT - RIGHT
     x_of = lambda f: LEFT + span * f / top  # noqa: E731
@@ -153,7 +175,7 @@ def svg(st, data: dict) -> str:
                     "rounds of each round's ratio; labels: medians", 11, fill="#4b5563")
     s.y += 26
     legend(s)
-    panel_relative(s, st)
+    panel_relative(s, st, streamed_rows(data))
     panel_start(s, st)
     panel_memory(s, st, m)
     head = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{s.y + 10}" '

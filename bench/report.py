@@ -715,6 +715,9 @@ def w24_stats(data: dict) -> dict:
                       "wall_us": paired_median([paired_median(r["wall_us"]) for r in cpu]),
                       "calls": cpu[0]["calls"], "batches": sum(len(r["cpu_us"]) for r in cpu), "rounds": len(cpu),
                       "clk_tck": cpu[0].get("clk_tck", 100)}
+        idle = [r["idle_sched_us_per_s"] for r in cpu if "idle_sched_us_per_s" in r]
+        if idle:
+            out["cpu"]["idle_us_per_s"] = paired_median(idle)
     big = s.get("files_big", {})
     if big:
         sizes = sorted({r["bytes"] for rs in big.values() for r in rs})
@@ -873,7 +876,9 @@ def w24_section(data: dict, scale_svg: str) -> str:
              f"{c['us']:.0f} µs", f"{c['batch_lo']:.0f}–{c['batch_hi']:.0f} µs (batches)"],
             ["on-CPU time of its live threads (`/proc/PID/task/*/schedstat`, ns)", f"{c['sched_us']:.0f} µs", "–"],
             ["wall time per call (the client's round trip)", f"{c['wall_us']:.0f} µs", "–"],
-        ]))
+        ] + ([["the same host idle, before the batches (schedstat, per second of wall time)",
+               f"{c['idle_us_per_s']:.0f} µs/s", f"≈ {c['idle_us_per_s'] * c['wall_us'] / 1e6:.1f} µs per call's wall time"]]
+             if "idle_us_per_s" in c else [])))
         parts.append(f"""
 - One `epp-host run` process per round, {cfg.get('cpu_warmup', 50)} warm-up calls (the component
   compiled and cached, the connection to execd open), then {c['batches'] // max(1, c['rounds'])} batches
@@ -929,7 +934,7 @@ def w24_section(data: dict, scale_svg: str) -> str:
                         + [get(c, "p99_pooled", ms) for c in NAMES]
                         + [show_ratio(sc.get(("ratio", k, "p99", "raw"), (math.nan,) * 3))]
                         + [get("epp", "hwm", lambda v: fmt(paired_median(v) / 1024)),
-                           get("epp", "calls", str)])
+                           get("epp", "calls", lambda v: f"{v:,}")])
         parts.append(f"### {title}\n")
         parts.append(table([what, "wall epp-host (ms)", "wall SDK (ms)", "wall raw (ms)", "wall epp / raw",
                             "p99 epp-host (ms)", "p99 SDK (ms)", "p99 raw (ms)", "p99 epp / raw",
