@@ -1162,7 +1162,7 @@ def render(data: dict, chart_name: str, scale_svg: str = SCALE_SVG) -> str:
   {pr(st, "run_p50", "raw", "sdk")} of the SDK's, so the target of 0.6× the SDK asks epp-host
   to be at least as fast as the raw floor (a bare HTTP/1.1 client with one kept-alive
   connection), which a host that adds a pipe each way and a component call cannot be; the
-  target against the floor itself (≤ 1.3×) is the one that measures epp-host.
+  target against the floor itself (≤ 1.1× since issue 24) is the one that measures epp-host.
 - **Streaming (workload 3)**: the driver reads notifications as they arrive and decodes them
   after the clock stops; decoding the {e.get('stream_notes', 0):,.0f} notifications of one run with
   Python's `json` takes a further {e.get('stream_decode_s', math.nan) * 1000:.0f} ms.
