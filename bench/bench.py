@@ -425,7 +425,7 @@ class Bench:
                                      headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
         with urllib.request.urlopen(req, timeout=300) as resp:
             body = resp.read().decode()
-        out, code = [], None
+        out = []
         for frame in body.split("\n\n"):
             frame = frame.strip()
             if frame.startswith("data:"):
@@ -500,19 +500,22 @@ class Bench:
         sandboxes, one for READ_LEVELS concurrent streamed reads of READ_BYTES over
         8 sandboxes; wall, per-call times and the peak RSS of the process speaking
         HTTP (epp-host itself for epp) at each level."""
-        if len(self.box) < max(SCALE_SERIES):
-            log(f"creating {max(SCALE_SERIES) - len(self.box)} more sandboxes for the scaling curve")
-            while len(self.box) < max(SCALE_SERIES):
+        # The shared 8 and more of their kind, kept apart (every other step uses the 8).
+        boxes, endpoints = self.box + self.scale_box, self.endpoint + self.scale_endpoint
+        if len(boxes) < max(SCALE_SERIES):
+            log(f"creating {max(SCALE_SERIES) - len(boxes)} more sandboxes for the scaling curve")
+            while len(boxes) < max(SCALE_SERIES):
                 b, e = self.create_sandbox(NO_GRACE)
-                self.box.append(b)
-                self.endpoint.append(e)
+                self.scale_box.append(b)
+                self.scale_endpoint.append(e)
+                boxes, endpoints = boxes + [b], endpoints + [e]
         path = f"/tmp/epp-bench-scale-{os.getpid()}.bin"
         if not getattr(self, "scale_file", None):
             self.put_file(path, READ_BYTES)
             self.scale_file = path
         min_calls = SCALE_MIN_CALLS if self.o.batches > 1 else 0
         for c in self.order(rnd):
-            a = {"sandboxes": self.box, "endpoints": ",".join(self.endpoint), "series": list(SCALE_SERIES),
+            a = {"sandboxes": boxes, "endpoints": ",".join(endpoints), "series": list(SCALE_SERIES),
                  "levels": list(SCALE_LEVELS), "batches": self.o.batches, "min_calls": min_calls}
             if c == "raw":
                 a = {k: (",".join(map(str, v)) if isinstance(v, list) else v) for k, v in a.items() if k != "sandboxes"}
@@ -748,6 +751,7 @@ class Bench:
             steps = [(n, st) for n, st in steps if st.__name__ not in DOCKER_STEPS]
         names = {st.__name__ for _, st in steps}
         self.box, self.endpoint, extra = [], [], []
+        self.scale_box, self.scale_endpoint = [], []
         try:
             # The local tier's shared sandboxes, when a selected step uses them.
             if names - set(DOCKER_STEPS):
@@ -791,7 +795,7 @@ class Bench:
                         self.execd(ep, f"rm -f '{self.scale_file}'")
                     except OSError:
                         pass
-            for b in self.box + extra:
+            for b in self.box + self.scale_box + extra:
                 try:
                     self.api("DELETE", f"/v1/sandboxes/{b}")
                 except OSError:
