@@ -206,12 +206,12 @@ async def w_code(a: dict) -> dict:
 
 class Generated(io.RawIOBase):
     """file_content(size) as a binary stream, made piece by piece as it is read
-    (the SDK uploads an IOBase in 64 KiB reads), hashed as it goes out."""
+    (the SDK uploads an IOBase in 64 KiB reads); `sent` counts the bytes that went
+    out (their sha256 is that of the same pieces, hashed before the clock starts)."""
 
     def __init__(self, size: int) -> None:
         self.it = pieces(size, 1 << 20)
-        self.buf, self.at = b"", 0
-        self.sha = hashlib.sha256()
+        self.buf, self.at, self.sent = memoryview(b""), 0, 0
 
     def readable(self) -> bool:
         return True
@@ -221,11 +221,11 @@ class Generated(io.RawIOBase):
             nxt = next(self.it, None)
             if nxt is None:
                 return 0
-            self.buf, self.at = nxt[1], 0
-            self.sha.update(self.buf)
+            self.buf, self.at = memoryview(nxt[1]), 0
         n = min(len(b), len(self.buf) - self.at)
         b[:n] = self.buf[self.at:self.at + n]
         self.at += n
+        self.sent += n
         return n
 
 
@@ -236,6 +236,7 @@ async def w_files_big(a: dict) -> dict:
     sandbox = await Sandbox.connect(a["sandbox"], connection_config=config())
     await run_true(sandbox)
     size = a["size"]
+    sent = content_sha256(size)  # of the pieces Generated hands out, before the clock
     src = Generated(size)
     t = ns()
     await sandbox.files.write_files([WriteEntry(path=a["path"], data=src, mode=644)])
@@ -250,9 +251,9 @@ async def w_files_big(a: dict) -> dict:
         h.update(b)
         got += len(b)
     spool.close()
-    if got != size:
-        raise RuntimeError(f"read_bytes_stream gave {got} bytes, not {size}")
-    return {"write_s": write_s, "read_s": read_s, "bytes": size, "write_sha256": src.sha.hexdigest(),
+    if got != size or src.sent != size:
+        raise RuntimeError(f"write_files sent {src.sent} bytes, read_bytes_stream gave {got}, not {size}")
+    return {"write_s": write_s, "read_s": read_s, "bytes": size, "write_sha256": sent,
             "read_sha256": h.hexdigest()}
 
 
