@@ -817,7 +817,7 @@ def w24_targets(data: dict) -> list[tuple[str, str, str, bool | None]]:
                 t = b[size].get(("ratio", way, "raw"))
                 if t is None:
                     continue
-                rows.append((f"24. `files.{way}` {mib_of(size)}, `stream: true` (1 MiB chunks), vs the raw floor",
+                rows.append((f"24. `files.{way}` {mib_of(size)}, `stream: true`, binary frames (1 MiB), vs the raw floor",
                              f"≥ {BIG_TARGET}×, sha256 equal",
                              f"{show_ratio(t)}; sha256 equal", t[0] >= BIG_TARGET))
     sc = w.get("scale_run")
@@ -904,11 +904,13 @@ def w24_section(data: dict, scale_svg: str) -> str:
         parts.append(table(["streamed", "epp-host", "Python SDK", "raw floor", "epp / SDK", "epp / raw"], rows))
         rounds = ", ".join(f"{mib_of(sz)}: {b[sz]['rounds']}" for sz in b["sizes"])
         parts.append(f"""
-- epp-host: `files.write {{size, stream: true}}` then the content in `files.write_chunk`
-  notifications of 1 MiB, back to back (the lines made before the clock starts, once per
-  distinct chunk: the content repeats every 64 bytes, so the driver's memory stays
-  bounded), timed to the answer; then `files.read {{stream: true}}`, its `files.data`
-  notifications spooled to tmpfs as they arrive and decoded after the clock stops. The SDK:
+- epp-host: `files.write {{size, stream: true, encoding: "binary"}}` then the content in
+  binary frames of 1 MiB (a `files.write_chunk {{request_id, bytes}}` line, then the raw
+  bytes; docs/epp-1.md, Binary frames), back to back (made before the clock starts, once
+  per distinct chunk: the content repeats every 64 bytes, so the driver's memory stays
+  bounded), timed to the answer; then `files.read {{stream: true, encoding: "binary"}}`, its
+  `files.data` frames spooled to tmpfs as they arrive and hashed after the clock stops.
+  Text chunks (`stream: true` without `"binary"`) are workload 4′ above. The SDK:
   `write_files` of a generated binary stream, `read_bytes_stream` (1 MiB chunks, spooled
   the same way). Raw: one multipart upload and one download, from and into memory.
 - sha256 of what each driver sent, of the file in the sandbox (`sha256sum` there, run by
@@ -952,7 +954,7 @@ def w24_section(data: dict, scale_svg: str) -> str:
   `epp-host run` over stdio, all requests on one pipe (`--max-concurrent` 256 by default);
   the SDK: `asyncio.gather` on one `Sandbox` per sandbox; raw: one thread per call (a
   barrier releases them) on kept-alive connections per sandbox.
-- Reads: `files.read {{stream: true}}` (epp-host), `read_bytes_stream` (SDK), `GET
+- Reads: `files.read {{stream: true, encoding: "binary"}}` (epp-host), `read_bytes_stream` (SDK), `GET
   /files/download` (raw) of a {mib_of(cfg.get('read_bytes', 4 << 20))} file bench.py put in each of the 8 sandboxes. The
   warm-up batch of each level is checked in full (epp-host and SDK: every read spooled and
   its sha256 compared; raw: every piece compared as it arrives; {checked} reads checked in

@@ -665,34 +665,45 @@ def check_pieces(spool: Spool, note: str, size: int | None = None) -> tuple[str,
 
 
 def w_files_big(host: Host, a: dict) -> dict:
-    """W24 streamed files: `files.write {stream: true}` of `size` bytes in
-    `files.write_chunk`s of 1 MiB, then `files.read {stream: true}`. Memory stays
-    bounded: every chunk line is made once per distinct piece (the content repeats
-    every 64 bytes) and hashed before the clock starts; the read's notification
-    lines are spooled to tmpfs while the clock runs and decoded and hashed after."""
+    """W24 streamed files: `files.write {stream: true}` of `size` bytes in chunks of
+    1 MiB, then `files.read {stream: true}`: in binary frames (`encoding: "binary"`,
+    the default: a header line `{…, bytes: N}` then N raw bytes, docs/epp-1.md) or,
+    with `encoding: "utf8"`, as text `files.write_chunk` / `files.data` lines.
+    Memory stays bounded: every chunk is made once per distinct piece (the content
+    repeats every 64 bytes) and hashed before the clock starts; what the read
+    delivers is spooled to tmpfs while the clock runs and decoded and hashed after."""
     box, path, size = a["sandbox"], a["path"], a["size"]
+    binary = a.get("encoding", "binary") == "binary"
     run_true(host, box)
     host.next_id += 1
     want = host.next_id
-    head = json.dumps({"jsonrpc": "2.0", "id": want, "method": "files.write",
-                       "params": {"sandbox_id": box, "path": path, "size": size, "stream": True}}).encode() + b"\n"
+    params = {"sandbox_id": box, "path": path, "size": size, "stream": True}
+    if binary:
+        params["encoding"] = "binary"
+    head = json.dumps({"jsonrpc": "2.0", "id": want, "method": "files.write", "params": params}).encode() + b"\n"
     encoded: dict = {}
     sent = hashlib.sha256()
-    chunks = []  # (the piece's bytes, its line), lines shared between equal pieces
+    chunks = []  # what goes on stdin per piece, shared between equal pieces
     for _, piece in pieces(size, STREAM_CHUNK):
-        line = encoded.get(id(piece))
-        if line is None:
-            line = encoded[id(piece)] = json.dumps(
-                {"jsonrpc": "2.0", "method": "files.write_chunk",
-                 "params": {"request_id": want, "content": piece.decode()}}).encode() + b"\n"
+        out = encoded.get(id(piece))
+        if out is None:
+            if binary:
+                out = (b'{"jsonrpc":"2.0","method":"files.write_chunk","params":{"request_id":%d,"bytes":%d}}\n'
+                       % (want, len(piece)), piece)
+            else:
+                out = (json.dumps({"jsonrpc": "2.0", "method": "files.write_chunk",
+                                   "params": {"request_id": want, "content": piece.decode()}}).encode() + b"\n",)
+            encoded[id(piece)] = out
         sent.update(piece)
-        chunks.append(line)
+        chunks.append(out)
     profile(host, True)
     t = ns()
-    host.proc.stdin.write(head)
-    for line in chunks:
-        host.proc.stdin.write(line)
-    host.proc.stdin.flush()
+    stdin = host.proc.stdin
+    stdin.write(head)
+    for out in chunks:
+        for part in out:
+            stdin.write(part)
+    stdin.flush()
     answer = json.loads(read_raw_answer(host, want))["result"]
     write_s = (ns() - t) / 1e9
     del chunks, encoded
@@ -700,25 +711,45 @@ def w_files_big(host: Host, a: dict) -> dict:
         raise RuntimeError(f"files.write answered size {answer.get('size')}, not {size}")
     spool = Spool()
     t = ns()
-    want = host.send("files.read", {"sandbox_id": box, "path": path, "stream": True})
+    read = {"sandbox_id": box, "path": path, "stream": True}
+    if binary:
+        read["encoding"] = "binary"
+    want = host.send("files.read", read)
+    stdout = host.proc.stdout
+    frames = 0
     while True:
-        line = host.proc.stdout.readline()
+        line = stdout.readline()
         if not line:
             raise RuntimeError("epp-host closed its output")
         if line.startswith(ANSWER):
             msg = json.loads(line)
             if msg.get("id") == want:
                 break
-        spool.write(line)
+        if binary:
+            n = json.loads(line)["params"]["bytes"]
+            spool.write(stdout.read(n))
+            frames += 1
+        else:
+            spool.write(line)
     read_s = (ns() - t) / 1e9
     profile(host, False)
     result = host.answer(msg)
-    read_sha, got, notes = check_pieces(spool, "files.data", size)
+    if binary:
+        h = hashlib.sha256()
+        got = 0
+        for block in spool.blocks():
+            h.update(block)
+            got += len(block)
+        read_sha, notes = h.hexdigest(), frames
+        if got != size:
+            raise RuntimeError(f"files.data frames: {got} bytes, not {size}")
+    else:
+        read_sha, got, notes = check_pieces(spool, "files.data", size)
     spool.close()
     if result.get("size") != size:
         raise RuntimeError(f"files.read answered size {result.get('size')}, not {size}")
     return {"write_s": write_s, "read_s": read_s, "bytes": size, "write_sha256": sent.hexdigest(),
-            "read_sha256": read_sha, "notes": notes}
+            "read_sha256": read_sha, "notes": notes, "encoding": "binary" if binary else "utf8"}
 
 
 def w_scale_run(host: Host, a: dict) -> dict:
@@ -743,23 +774,26 @@ def w_scale_run(host: Host, a: dict) -> dict:
 
 
 def read_batch(host: Host, boxes: list, path: str, n: int, size: int, check: bool) -> tuple[list, int]:
-    """`n` concurrent `files.read {stream: true}` of `path` (request i → sandbox i
-    mod len): each call's time from the batch's start to its answer; with `check`,
-    every read's content is hashed after the clock stops (from a spool) and
-    compared. Every answer's `size` must be `size`. Returns (times, reads checked)."""
+    """`n` concurrent `files.read {stream: true, encoding: "binary"}` of `path`
+    (request i → sandbox i mod len): each call's time from the batch's start to its
+    answer; with `check`, every read's content is hashed after the clock stops
+    (from a spool of the frames) and compared. Every answer's `size` must be
+    `size`. Returns (times, reads checked)."""
     first = host.next_id + 1
     lines = []
     for i in range(n):
         host.next_id += 1
         lines.append(json.dumps({"jsonrpc": "2.0", "id": host.next_id, "method": "files.read",
-                                 "params": {"sandbox_id": boxes[i % len(boxes)], "path": path, "stream": True}}))
+                                 "params": {"sandbox_id": boxes[i % len(boxes)], "path": path, "stream": True,
+                                            "encoding": "binary"}}))
     spool = Spool() if check else None
     t = ns()
+    stdout = host.proc.stdout
     host.proc.stdin.write(("\n".join(lines) + "\n").encode())
     host.proc.stdin.flush()
     done = []
     while len(done) < n:
-        line = host.proc.stdout.readline()
+        line = stdout.readline()
         if not line:
             raise RuntimeError("epp-host closed its output")
         if line.startswith(ANSWER):
@@ -770,20 +804,24 @@ def read_batch(host: Host, boxes: list, path: str, n: int, size: int, check: boo
                 if got != size:
                     raise RuntimeError(f"files.read {path} answered size {got}, not {size}")
             continue
+        # A frame: its header line, then `bytes` raw bytes.
+        frame = stdout.read(json.loads(line)["params"]["bytes"])
         if spool is not None:
             spool.write(line)
+            spool.write(frame)
     if spool is None:
         return done, 0
     per: dict = {}
-    for line in spool.lines():
-        msg = json.loads(line)
-        if msg.get("method") != "files.data":
-            continue
-        p = msg["params"]
+    spool.f.seek(0)
+    while True:
+        line = spool.f.readline()
+        if not line:
+            break
+        p = json.loads(line)["params"]
+        data = spool.f.read(p["bytes"])
         h, off = per.setdefault(p["request_id"], (hashlib.sha256(), [0]))
         if p["offset"] != off[0]:
             raise RuntimeError(f"files.data of {p['request_id']} at offset {p['offset']}, expected {off[0]}")
-        data = p["content"].encode()
         h.update(data)
         off[0] += len(data)
     spool.close()

@@ -55,6 +55,9 @@ pub struct Message {
     /// The parsed line; a line that is not JSON is `{"__not_json__": line}`.
     pub raw: Value,
     pub at: Instant,
+    /// The raw bytes of a binary frame: a notification whose params hold
+    /// `bytes: N` is followed by N bytes (docs/epp-1.md, Binary frames).
+    pub frame: Option<Arc<Vec<u8>>>,
 }
 
 impl Message {
@@ -206,6 +209,17 @@ impl Client {
         self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
     }
 
+    /// Sends a binary frame: the notification with `bytes` set to the length
+    /// of `frame` in its params, then `frame` itself, in one write.
+    pub fn notify_framed(&self, method: &str, mut params: Value, frame: &[u8]) {
+        params["bytes"] = json!(frame.len());
+        let msg = json!({"jsonrpc": "2.0", "method": method, "params": params});
+        let mut bytes = serde_json::to_vec(&msg).expect("a Value always serialises");
+        bytes.push(b'\n');
+        bytes.extend_from_slice(frame);
+        self.send_raw(&bytes);
+    }
+
     /// Closes the host's input: end of the session.
     pub fn close_input(&self) {
         self.input.lock().expect("input lock").take();
@@ -346,13 +360,29 @@ impl Client {
     }
 }
 
+/// The raw bytes that follow a message: `params.bytes` of a notification.
+fn frame_length(raw: &Value) -> Option<u64> {
+    if raw.get("id").is_some() || !raw["method"].is_string() {
+        return None;
+    }
+    raw["params"]["bytes"].as_u64()
+}
+
 fn read_lines(output: impl Read, shared: Shared, mut options: Options) {
     let (lock, cvar) = &*shared;
     // Answers of files.read are single lines of tens of MiB: large reads, and
     // the line becomes the text without a copy when it is UTF-8 (it always is
     // from epp-host).
-    for line in BufReader::with_capacity(1 << 20, output).split(b'\n') {
-        let Ok(line) = line else { break };
+    let mut output = BufReader::with_capacity(1 << 20, output);
+    loop {
+        let mut line = Vec::new();
+        match output.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        if line.last() == Some(&b'\n') {
+            line.pop();
+        }
         let line_bytes = line.len() as u64 + 1;
         let text = String::from_utf8(line)
             .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
@@ -361,9 +391,20 @@ fn read_lines(output: impl Read, shared: Shared, mut options: Options) {
         }
         let raw =
             serde_json::from_str::<Value>(&text).unwrap_or_else(|_| json!({"__not_json__": text}));
+        let frame = match frame_length(&raw) {
+            Some(n) => {
+                let mut bytes = Vec::with_capacity(n.min(1 << 30) as usize);
+                if (&mut output).take(n).read_to_end(&mut bytes).is_err() {
+                    break;
+                }
+                Some(Arc::new(bytes))
+            }
+            None => None,
+        };
         let msg = Message {
             raw,
             at: Instant::now(),
+            frame,
         };
         let mut state = lock.lock().expect("state lock");
         state.lines += 1;

@@ -147,7 +147,11 @@ fn main() -> ExitCode {
 }
 
 fn async_main(fut: impl std::future::Future<Output = Result<ExitCode>>) -> Result<ExitCode> {
-    tokio::runtime::Builder::new_multi_thread()
+    // One thread for the async work: stdin and stdout have threads of their
+    // own, and a call that hops between two workers cost ~30 % more CPU (8
+    // context switches per call instead of 4) without being faster at 64 or
+    // 256 calls at once (bench/profiling.md, issue 24).
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?

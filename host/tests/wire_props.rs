@@ -6,7 +6,7 @@
 
 mod strategies;
 
-use epp_host::rpc::wire::{Incoming, Line, LineReader, id_from_head, parse};
+use epp_host::rpc::wire::{Incoming, Line, LineReader, id_from_head, parse, spawn_reader};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 use strategies::{config, json_leaf, json_value};
@@ -134,8 +134,58 @@ proptest! {
                     prop_assert_eq!(*len, segment.len());
                     prop_assert_eq!(head.as_slice(), &segment[..segment.len().min(HEAD_KEEP)]);
                 }
+                Line::Framed { .. } => prop_assert!(false, "only the stdin reader takes frames"),
             }
         }
+    }
+
+    /// Binary frames (a `files.write_chunk` line with `bytes: N`, then N raw
+    /// bytes of any value, newlines included) between ordinary lines: the
+    /// reader hands out every line and every frame whole, in order, and a
+    /// frame over the cap as too long without losing the line after it.
+    #[test]
+    fn frames_and_lines_come_out_as_they_went_in(
+        items in prop::collection::vec(
+            prop_oneof![
+                1 => "[a-z{}\":, ]{0,40}".prop_map(|l| (l.into_bytes(), None)),
+                1 => prop::collection::vec(any::<u8>(), 0..300)
+                    .prop_map(|tail| (Vec::new(), Some(tail))),
+            ],
+            0..20,
+        ),
+    ) {
+        let cap = 200;
+        let mut input = Vec::new();
+        let mut want = Vec::new();
+        for (line, tail) in items {
+            match tail {
+                None => {
+                    input.extend_from_slice(&line);
+                    input.push(b'\n');
+                    want.push(Line::Complete(line));
+                }
+                Some(tail) => {
+                    let header = format!(
+                        r#"{{"jsonrpc":"2.0","method":"files.write_chunk","params":{{"request_id":1,"bytes":{}}}}}"#,
+                        tail.len()
+                    )
+                    .into_bytes();
+                    input.extend_from_slice(&header);
+                    input.push(b'\n');
+                    input.extend_from_slice(&tail);
+                    want.push(match tail.len() > cap {
+                        true => Line::TooLong { len: header.len() + tail.len(), head: header },
+                        false => Line::Framed { line: header, tail },
+                    });
+                }
+            }
+        }
+        let mut rx = spawn_reader(std::io::Cursor::new(input), cap);
+        let mut got = Vec::new();
+        while let Some(item) = rx.blocking_recv() {
+            got.push(item.expect("reading from memory"));
+        }
+        prop_assert_eq!(got, want);
     }
 
     /// The id of an over-long request is found in its head when it comes before

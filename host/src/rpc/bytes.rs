@@ -30,6 +30,8 @@ enum Encoding {
     #[default]
     Utf8,
     Base64,
+    /// Raw bytes in binary frames, streamed only (docs/epp-1.md "Binary frames").
+    Binary,
 }
 
 impl Encoding {
@@ -37,16 +39,37 @@ impl Encoding {
         match self {
             Encoding::Utf8 => "utf8",
             Encoding::Base64 => "base64",
+            Encoding::Binary => "binary",
         }
     }
 
-    /// The bytes that `content`, sent in this encoding, stands for.
-    fn bytes(self, content: String) -> Result<Vec<u8>, base64::DecodeError> {
+    /// The bytes that `content`, sent in this encoding, stands for, or what
+    /// is wrong with it (words that follow the content's name).
+    fn bytes(self, content: String) -> Result<Vec<u8>, String> {
         match self {
             Encoding::Utf8 => Ok(content.into_bytes()),
-            Encoding::Base64 => base64::engine::general_purpose::STANDARD.decode(&content),
+            Encoding::Base64 => base64::engine::general_purpose::STANDARD
+                .decode(&content)
+                .map_err(|e| format!("is not valid base64 ({e})")),
+            Encoding::Binary => Err(ONLY_STREAMED.into()),
         }
     }
+}
+
+/// Why `"binary"` is refused outside a streamed read or write.
+const ONLY_STREAMED: &str = "cannot be \"binary\": raw bytes travel only as binary frames, \
+    in a streamed read or write (`stream: true`; docs/epp-1.md, Binary frames); use \
+    \"base64\" in a JSON line";
+
+/// Binary frames need the EPP/1 wire (stdout lines), not another front end.
+fn frames_possible(ctx: &CallCtx, method: &Method, encoding: Encoding) -> Result<(), RpcError> {
+    if encoding == Encoding::Binary && !ctx.on_wire() {
+        return Err(RpcError::invalid_params(
+            method.name,
+            "encoding \"binary\" (binary frames) exists only on the EPP/1 wire; use \"base64\"",
+        ));
+    }
+    Ok(())
 }
 
 /// Params of `method` into this adapter's typed form.
@@ -119,6 +142,13 @@ pub async fn read(
         range.insert("offset".into(), p.offset.unwrap_or(0).into());
         range.insert("length".into(), p.length.into());
         args.insert("range".into(), Value::Object(range));
+    }
+    frames_possible(ctx, method, p.encoding)?;
+    if p.encoding == Encoding::Binary && !(forward && tags.note.is_some()) {
+        return Err(RpcError::invalid_params(
+            method.name,
+            format!("`encoding` {ONLY_STREAMED}"),
+        ));
     }
     let (mut inst, reader) = open(ctx, method, function, args).await?;
     let reading = Reading {
@@ -215,6 +245,7 @@ impl Reading<'_> {
             Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(&bytes),
             Encoding::Utf8 => String::from_utf8(bytes)
                 .map_err(|e| self.not_text(self.start + e.utf8_error().valid_up_to() as u64))?,
+            Encoding::Binary => unreachable!("refused before reading"),
         };
         // Built by hand: `json!` would serialise `content` into a copy of itself.
         let mut answer = Map::with_capacity(3);
@@ -239,6 +270,13 @@ impl Reading<'_> {
         let mut sent = 0u64;
         let mut carry: Vec<u8> = Vec::new();
         while let Some(chunk) = self.chunk(inst, reader).await? {
+            if encoding == Encoding::Binary {
+                let mut params = Map::with_capacity(3);
+                params.insert("offset".into(), (self.start + sent).into());
+                sent += chunk.len() as u64;
+                ctx.notify_framed(note, params, chunk).await;
+                continue;
+            }
             let (content, len) = match encoding {
                 Encoding::Base64 => (
                     base64::engine::general_purpose::STANDARD.encode(&chunk),
@@ -255,6 +293,7 @@ impl Reading<'_> {
                     let len = text.len();
                     (text, len)
                 }
+                Encoding::Binary => unreachable!("sent as frames above"),
             };
             let len = len as u64;
             if len > 0 {
@@ -356,7 +395,7 @@ impl FileParams {
         let bytes = self
             .encoding
             .bytes(self.content)
-            .map_err(|e| format!("`{at}content` is not valid base64 ({e})"))?;
+            .map_err(|e| format!("`{at}content` {e}"))?;
         Ok((bytes, mode))
     }
 }
@@ -427,6 +466,7 @@ pub async fn write(
             group,
             files: None,
         } if forward => {
+            frames_possible(ctx, method, encoding)?;
             let mode = mode_bits(mode.as_ref(), "mode").map_err(bad)?;
             let mut head = head(sandbox_id, &path, size, mode);
             put_owner(&mut head, owner, group);
@@ -526,13 +566,15 @@ async fn finish(
     super::invoke::answer(ctx, method, writer.finish, ok)
 }
 
-/// One input notification: a piece of a streamed write's content.
+/// One input notification: a piece of a streamed write's content, in the
+/// write's encoding, or (`bytes`) the header of a binary frame.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Chunk {
     #[allow(dead_code)]
     request_id: Value,
-    content: String,
+    content: Option<String>,
+    bytes: Option<u64>,
 }
 
 /// The content of a streamed write, from the request's input notifications
@@ -571,12 +613,41 @@ async fn streamed(
         let _permit = item.permit;
         let chunk: Chunk = serde_json::from_value(Value::Object(item.params?))
             .map_err(|e| bad(format!("a `{input}` for {path}: {e}")))?;
-        let bytes = encoding.bytes(chunk.content).map_err(|e| {
-            bad(format!(
-                "the `{input}` at byte {written} of {path} is not valid base64 ({e}); the file \
-                 was not changed"
-            ))
-        })?;
+        let bytes = match (encoding, chunk.content, item.tail, chunk.bytes) {
+            (Encoding::Binary, None, Some(tail), Some(n)) if tail.len() as u64 == n => tail,
+            (Encoding::Binary, None, Some(tail), Some(n)) => {
+                return Err(bad(format!(
+                    "the input ended inside the binary frame at byte {written} of {path} ({} of \
+                     its {n} bytes); the file was not changed",
+                    tail.len()
+                )));
+            }
+            (Encoding::Binary, ..) => {
+                return Err(bad(format!(
+                    "with encoding \"binary\" every `{input}` for {path} is a binary frame: \
+                     {{request_id, bytes: N}} on one line, then N raw bytes; the file was not \
+                     changed"
+                )));
+            }
+            (encoding, Some(content), None, None) => encoding.bytes(content).map_err(|e| {
+                bad(format!(
+                    "the `{input}` at byte {written} of {path} {e}; the file was not changed"
+                ))
+            })?,
+            (_, None, None, None) => {
+                return Err(bad(format!(
+                    "a `{input}` for {path} has no `content`; the file was not changed"
+                )));
+            }
+            _ => {
+                return Err(bad(format!(
+                    "a `{input}` for {path} is a binary frame (`bytes`), but the write's \
+                     encoding is {}: open it with encoding \"binary\" to send frames; the \
+                     file was not changed",
+                    encoding.name()
+                )));
+            }
+        };
         if written + bytes.len() as u64 > size {
             return Err(bad(format!(
                 "the chunks for {path} carry more than `size` ({size}) bytes; the file was not \

@@ -20,6 +20,8 @@ pub type Input = tokio::sync::mpsc::Receiver<InputItem>;
 /// request then fails with it instead of waiting for bytes that never come.
 pub struct InputItem {
     pub params: Result<Map<String, Value>, RpcError>,
+    /// The raw bytes of a binary frame (docs/epp-1.md "Binary frames").
+    pub tail: Option<Vec<u8>>,
     /// Its share of the request's input budget, given back once it is dropped
     /// (after its bytes are written).
     pub permit: Option<tokio::sync::OwnedSemaphorePermit>,
@@ -126,6 +128,28 @@ impl CallCtx {
     pub async fn notify(&self, method: &str, mut params: Map<String, Value>) {
         params.insert("request_id".into(), self.id.clone());
         self.out.notify(method, Value::Object(params)).await
+    }
+
+    /// Sends a notification about this request followed by `tail` as raw
+    /// bytes, a binary frame (`bytes` added to the params), or false when
+    /// the client is not on the EPP/1 wire and cannot take one.
+    pub async fn notify_framed(
+        &self,
+        method: &str,
+        mut params: Map<String, Value>,
+        tail: Vec<u8>,
+    ) -> bool {
+        params.insert("request_id".into(), self.id.clone());
+        params.insert("bytes".into(), tail.len().into());
+        self.out
+            .notify_framed(method, Value::Object(params), tail)
+            .await
+    }
+
+    /// Whether answers go out as lines on the EPP/1 wire (binary frames
+    /// possible), not to another front end.
+    pub fn on_wire(&self) -> bool {
+        self.out.on_wire()
     }
 
     /// Hands every token the failed request left back to the provider

@@ -117,6 +117,10 @@ async fn hello(ctx: &CallCtx, method: &str, params: Map<String, Value>) -> Resul
         "capabilities": capabilities,
         "settings": settings,
     });
+    if ctx.on_wire() {
+        // docs/epp-1.md, Binary frames: raw bytes after a line, for streamed content.
+        answer["wire"] = json!({"binary_frames": true});
+    }
     if let Some((applied, ignored)) = options {
         let applied: Map<String, Value> = applied
             .into_iter()

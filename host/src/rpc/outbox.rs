@@ -46,8 +46,19 @@ pub struct Note {
     pub params: Value,
 }
 
-/// A line and its share of `QUEUE_BYTES`, given back once it is written.
-type Queued = (Vec<u8>, OwnedSemaphorePermit);
+/// A line, the raw bytes of a binary frame after it (empty for a plain
+/// line), and their share of `QUEUE_BYTES`, given back once written.
+struct Queued {
+    line: Vec<u8>,
+    tail: Vec<u8>,
+    permit: OwnedSemaphorePermit,
+}
+
+impl Queued {
+    fn len(&self) -> usize {
+        self.line.len() + self.tail.len()
+    }
+}
 
 impl Outbox {
     /// Starts the writer on a thread of its own; it ends when every `Outbox`
@@ -59,25 +70,25 @@ impl Outbox {
         let writer = move || {
             let mut buf = Vec::new();
             let mut next = rx.blocking_recv();
-            while let Some((line, permit)) = next.take() {
+            while let Some(Queued { line, tail, permit }) = next.take() {
                 // Gather what is queued behind this line into one write; a long
-                // line goes out by itself, without a copy. Permits go back
-                // once their bytes are written.
+                // line (or a frame) goes out by itself, without a copy.
+                // Permits go back once their bytes are written.
                 let mut big = None;
                 let mut permits = vec![permit];
-                if line.len() >= DIRECT {
-                    big = Some(line);
+                if line.len() >= DIRECT || !tail.is_empty() {
+                    big = Some((line, tail));
                 } else {
                     buf.extend_from_slice(&line);
                     while buf.len() < GATHER {
                         match rx.try_recv() {
-                            Ok(more) if more.0.len() >= DIRECT => {
+                            Ok(more) if more.len() >= DIRECT || !more.tail.is_empty() => {
                                 next = Some(more);
                                 break;
                             }
-                            Ok((more, permit)) => {
-                                buf.extend_from_slice(&more);
-                                permits.push(permit);
+                            Ok(more) => {
+                                buf.extend_from_slice(&more.line);
+                                permits.push(more.permit);
                             }
                             Err(_) => break,
                         }
@@ -85,8 +96,9 @@ impl Outbox {
                 }
                 let mut written = || {
                     out.write_all(&buf)?;
-                    if let Some(line) = &big {
+                    if let Some((line, tail)) = &big {
                         out.write_all(line)?;
+                        out.write_all(tail)?;
                     }
                     out.flush()
                 };
@@ -130,18 +142,34 @@ impl Outbox {
         (Outbox { to: To::Notes(tx) }, rx)
     }
 
-    async fn send(&self, message: Value) {
+    async fn send(&self, message: Value, tail: Vec<u8>) {
         let To::Wire { tx, budget } = &self.to else {
             return;
         };
         // to_vec, not to_string: no fmt::Write detour, no copy per line.
         let mut line = serde_json::to_vec(&message).expect("a JSON value always serialises");
         line.push(b'\n');
-        let share = line.len().min(QUEUE_BYTES) as u32;
+        let share = (line.len() + tail.len()).min(QUEUE_BYTES) as u32;
         let Ok(permit) = budget.clone().acquire_many_owned(share).await else {
             return; // never closed
         };
-        let _ = tx.send((line, permit)).await;
+        let _ = tx.send(Queued { line, tail, permit }).await;
+    }
+
+    /// Whether this outbox writes the EPP/1 wire (where binary frames go).
+    pub fn on_wire(&self) -> bool {
+        matches!(self.to, To::Wire { .. })
+    }
+
+    /// A notification followed by `tail` as raw bytes (a binary frame); false,
+    /// with nothing sent, when this outbox is not the wire.
+    pub async fn notify_framed(&self, method: &str, params: Value, tail: Vec<u8>) -> bool {
+        if !self.on_wire() {
+            return false;
+        }
+        let message = envelope(("method", method.into()), ("params", params));
+        self.send(message, tail).await;
+        true
     }
 
     pub async fn respond(&self, id: Value, result: Result<Value, RpcError>) {
@@ -149,7 +177,8 @@ impl Outbox {
             Ok(result) => ("result", result),
             Err(error) => ("error", error_object(&error)),
         };
-        self.send(envelope(("id", id), (key, value))).await;
+        self.send(envelope(("id", id), (key, value)), Vec::new())
+            .await;
     }
 
     pub async fn notify(&self, method: &str, params: Value) {
@@ -162,8 +191,11 @@ impl Outbox {
             let _ = tx.send(note).await;
             return;
         }
-        self.send(envelope(("method", method.into()), ("params", params)))
-            .await;
+        self.send(
+            envelope(("method", method.into()), ("params", params)),
+            Vec::new(),
+        )
+        .await;
     }
 }
 

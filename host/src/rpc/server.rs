@@ -63,13 +63,14 @@ const BIG_LINE: usize = 1 << 20;
 
 impl InputSender {
     /// Queues `params` (from a line of `len` bytes), waiting for room.
-    async fn send(&self, params: Map<String, Value>, len: usize) -> bool {
+    async fn send(&self, params: Map<String, Value>, tail: Option<Vec<u8>>, len: usize) -> bool {
         let share = len.clamp(1, INPUT_BYTES) as u32;
         let Ok(permit) = self.budget.clone().acquire_many_owned(share).await else {
             return false; // never closed
         };
         let item = InputItem {
             params: Ok(params),
+            tail,
             permit: Some(permit),
         };
         self.tx.send(item).await.is_ok()
@@ -79,6 +80,7 @@ impl InputSender {
     async fn fail(&self, error: RpcError) {
         let item = InputItem {
             params: Err(error),
+            tail: None,
             permit: None,
         };
         let _ = self.tx.send(item).await;
@@ -144,8 +146,9 @@ impl Server {
     }
 
     async fn handle_line(self: &Arc<Self>, line: Line) {
-        let bytes = match line {
-            Line::Complete(bytes) => bytes,
+        let (bytes, tail) = match line {
+            Line::Complete(bytes) => (bytes, None),
+            Line::Framed { line, tail } => (line, Some(tail)),
             Line::TooLong { head, len } => {
                 let error = RpcError::invalid_request(format!(
                     "the line is {len} bytes, more than this host accepts ({} bytes, --max-line-bytes)",
@@ -171,7 +174,10 @@ impl Server {
                     self.cancel(&params);
                 }
                 transport::SHUTDOWN => self.shutdown.notify_one(),
-                m if table::is_input(m) => self.feed(m, params, bytes.len()).await,
+                m if table::is_input(m) => {
+                    let len = bytes.len() + tail.as_ref().map_or(0, Vec::len);
+                    self.feed(m, params, tail, len).await
+                }
                 _ => tracing::warn!(
                     method,
                     "ignoring a notification (it has no id, so it gets no answer)"
@@ -230,7 +236,13 @@ impl Server {
     /// than the request consumes it). Input for a request that is not in
     /// flight, or takes none, is dropped with a warning: a notification gets
     /// no answer, and the request it was meant for ends with its own.
-    async fn feed(&self, method: &str, params: Map<String, Value>, len: usize) {
+    async fn feed(
+        &self,
+        method: &str,
+        params: Map<String, Value>,
+        tail: Option<Vec<u8>>,
+        len: usize,
+    ) {
         let Some(id) = params.get("request_id") else {
             tracing::warn!(
                 method,
@@ -241,7 +253,7 @@ impl Server {
         let key = id_key(id);
         match self.input_of(&key) {
             Some(Some(input)) => {
-                if !input.send(params, len).await {
+                if !input.send(params, tail, len).await {
                     tracing::debug!(method, request_id = %key, "input for a request that no longer reads it; dropped");
                 }
             }
@@ -366,16 +378,17 @@ impl Server {
         if let Some(sandbox) = params.get("sandbox_id").and_then(Value::as_str) {
             span.record("sandbox_id", sandbox);
         }
-        tokio::spawn(
-            async move {
-                server.run(id, method, params, rx, input_rx).await;
-                drop(permit);
-                drop(held);
-                server.inflight.lock().expect("lock").remove(&key);
-                server.finished.notify_waiters();
-            }
-            .instrument(span),
-        );
+        let fut = async move {
+            server.run(id, method, params, rx, input_rx).await;
+            drop(permit);
+            drop(held);
+            server.inflight.lock().expect("lock").remove(&key);
+            server.finished.notify_waiters();
+        }
+        .instrument(span);
+        // Boxed: the request's future is ~13 KB, moved on every spawn and poll
+        // state change otherwise.
+        tokio::spawn(Box::pin(fut));
     }
 
     async fn run(

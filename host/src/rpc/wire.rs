@@ -4,13 +4,20 @@
 
 use super::errors::RpcError;
 use serde_json::{Map, Value};
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 use tokio::sync::mpsc;
 
 /// One input line, or what is left of one that was too long.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Line {
     Complete(Vec<u8>),
+    /// A binary frame: an input notification's line whose params say
+    /// `"bytes": N`, and the N raw bytes that followed it (fewer only when
+    /// the input ended first).
+    Framed {
+        line: Vec<u8>,
+        tail: Vec<u8>,
+    },
     /// Longer than the cap; `head` holds its first bytes for id recovery.
     TooLong {
         head: Vec<u8>,
@@ -38,6 +45,10 @@ pub fn spawn_reader<R: std::io::Read + Send + 'static>(
             let mut reader = LineReader::new(buffered, cap);
             loop {
                 let item = match reader.next_line() {
+                    Ok(Some(Line::Complete(line))) => match frame_length(&line) {
+                        Some(n) => reader.tail(line, n),
+                        None => Ok(Line::Complete(line)),
+                    },
                     Ok(Some(line)) => Ok(line),
                     Ok(None) => return,
                     Err(e) => Err(e),
@@ -113,6 +124,56 @@ impl<R: BufRead> LineReader<R> {
             }
         }
     }
+}
+
+impl<R: BufRead> LineReader<R> {
+    /// The `n` raw bytes of a binary frame after its `line`: read whole when
+    /// they fit the line cap, else read and thrown away (memory stays
+    /// bounded) and the frame reported as too long, so the next line is still
+    /// found where it starts.
+    pub fn tail(&mut self, line: Vec<u8>, n: u64) -> std::io::Result<Line> {
+        if n > self.cap as u64 {
+            let skipped = std::io::copy(&mut (&mut self.inner).take(n), &mut std::io::sink())?;
+            let len = line.len().saturating_add(skipped as usize);
+            let mut head = line;
+            head.truncate(HEAD_KEEP);
+            return Ok(Line::TooLong { head, len });
+        }
+        let mut tail = Vec::with_capacity(n as usize);
+        (&mut self.inner).take(n).read_to_end(&mut tail)?;
+        Ok(Line::Framed { line, tail })
+    }
+}
+
+/// Lines longer than this are never a frame's header.
+const FRAME_HEADER: usize = 1024;
+
+/// The number of raw bytes that follow `line` on the input: `params.bytes`
+/// of a notification of an input method (`input=` in the contract, e.g.
+/// `files.write_chunk`), docs/epp-1.md "Binary frames". Any other line,
+/// or a header without a whole non-negative `bytes`, has none (it is then
+/// parsed and answered as a line).
+pub fn frame_length(line: &[u8]) -> Option<u64> {
+    #[derive(serde::Deserialize)]
+    struct Header<'a> {
+        #[serde(borrow)]
+        method: std::borrow::Cow<'a, str>,
+        id: Option<serde::de::IgnoredAny>,
+        params: HeaderParams,
+    }
+    #[derive(serde::Deserialize)]
+    struct HeaderParams {
+        bytes: Option<u64>,
+    }
+    // Cheap tests first: every line of the input passes here.
+    if line.len() > FRAME_HEADER || memchr::memmem::find(line, b"\"bytes\"").is_none() {
+        return None;
+    }
+    let header: Header = serde_json::from_slice(line).ok()?;
+    if header.id.is_some() || !crate::contract::table::is_input(&header.method) {
+        return None;
+    }
+    header.params.bytes
 }
 
 fn strip_cr(mut line: Vec<u8>) -> Vec<u8> {
@@ -403,6 +464,75 @@ mod tests {
         assert_eq!(
             input_target_from_head(br#"{"method":"files.write_chunk","params":{"content":"x"#),
             None
+        );
+    }
+
+    #[test]
+    fn frame_headers_are_input_notifications_with_bytes() {
+        let header = br#"{"jsonrpc":"2.0","method":"files.write_chunk","params":{"request_id":7,"bytes":5}}"#;
+        assert_eq!(frame_length(header), Some(5));
+        // Not input, a request, no whole `bytes`, or too long to be a header.
+        for line in [
+            br#"{"jsonrpc":"2.0","method":"files.read","params":{"bytes":5}}"#.as_slice(),
+            br#"{"jsonrpc":"2.0","id":1,"method":"files.write_chunk","params":{"bytes":5}}"#,
+            br#"{"jsonrpc":"2.0","method":"files.write_chunk","params":{"bytes":-1}}"#,
+            br#"{"jsonrpc":"2.0","method":"files.write_chunk","params":{"bytes":"5"}}"#,
+            br#"{"jsonrpc":"2.0","method":"files.write_chunk","params":{"content":""bytes""}}"#,
+        ] {
+            assert_eq!(
+                frame_length(line),
+                None,
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
+        let mut long = header[..header.len() - 2].to_vec();
+        long.extend_from_slice(format!(",\"pad\":\"{}\"}}}}", "x".repeat(2000)).as_bytes());
+        assert_eq!(frame_length(&long), None);
+    }
+
+    #[test]
+    fn a_frame_is_read_by_length_and_the_next_line_found_after_it() {
+        let header = br#"{"jsonrpc":"2.0","method":"files.write_chunk","params":{"request_id":1,"bytes":4}}"#;
+        let mut input = header.to_vec();
+        input.extend_from_slice(b"\n\n\0\xff\nnext\n");
+        let mut reader = LineReader::new(std::io::BufReader::with_capacity(7, &input[..]), 100);
+        let Some(Line::Complete(line)) = reader.next_line().unwrap() else {
+            panic!("a header line")
+        };
+        let n = frame_length(&line).expect("a header");
+        let framed = reader.tail(line, n).unwrap();
+        assert_eq!(
+            framed,
+            Line::Framed {
+                line: header.to_vec(),
+                tail: b"\n\0\xff\n".to_vec()
+            }
+        );
+        assert_eq!(
+            reader.next_line().unwrap(),
+            Some(Line::Complete(b"next".to_vec()))
+        );
+        // Over the cap: skipped, reported as too long, the next line intact.
+        let header = br#"{"jsonrpc":"2.0","method":"files.write_chunk","params":{"request_id":1,"bytes":200}}"#;
+        let mut input = header.to_vec();
+        input.push(b'\n');
+        input.extend_from_slice(&[b'\n'; 200]);
+        input.extend_from_slice(b"{}\n");
+        let mut reader = LineReader::new(std::io::BufReader::with_capacity(7, &input[..]), 100);
+        let Some(Line::Complete(line)) = reader.next_line().unwrap() else {
+            panic!("a header line")
+        };
+        assert_eq!(
+            reader.tail(line, 200).unwrap(),
+            Line::TooLong {
+                head: header.to_vec(),
+                len: header.len() + 200
+            }
+        );
+        assert_eq!(
+            reader.next_line().unwrap(),
+            Some(Line::Complete(b"{}".to_vec()))
         );
     }
 

@@ -292,6 +292,25 @@ impl Host {
             .collect()
     }
 
+    /// Sends a binary frame: `params` with `bytes` set, then `frame` raw.
+    pub fn notify_framed(&self, method: &str, params: Value, frame: &[u8]) {
+        self.client.notify_framed(method, params, frame);
+    }
+
+    /// Notifications of `method` tied to request `id` with the raw bytes of
+    /// their binary frames (empty for a plain line).
+    pub fn frames_for(&self, method: &str, id: &Value) -> Vec<(Value, Vec<u8>)> {
+        self.client
+            .notifications()
+            .into_iter()
+            .filter(|m| m.raw["method"] == method && &m.raw["params"]["request_id"] == id)
+            .map(|m| {
+                let frame = m.frame.map(|f| f.to_vec()).unwrap_or_default();
+                (m.raw, frame)
+            })
+            .collect()
+    }
+
     /// Waits for a notification matching `pred`.
     pub fn wait_note(&self, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Option<Value> {
         self.client

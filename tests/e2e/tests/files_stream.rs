@@ -450,3 +450,192 @@ fn chunks_that_cannot_be_read_fail_their_write_at_once() {
     );
     assert_eq!(text_of(&host, &id, &path), "old");
 }
+
+/// Starts a streamed write of `content` in binary frames of `chunk` bytes
+/// and returns the request id, without waiting for the answer.
+fn send_frames(host: &Host, id: &str, path: &str, content: &[u8], chunk: usize) -> Value {
+    let req = host.send(
+        "files.write",
+        json!({"sandbox_id": id, "path": path, "size": content.len(),
+               "encoding": "binary", "stream": true}),
+    );
+    for piece in content.chunks(chunk) {
+        host.notify_framed("files.write_chunk", json!({"request_id": req}), piece);
+    }
+    req
+}
+
+/// A streamed read in binary frames: the answer and (offset, bytes) of each
+/// `files.data`, checking that every one is a frame of the length it says.
+fn read_frames(host: &Host, params: Value) -> (Value, Vec<(u64, Vec<u8>)>) {
+    let req = host.send("files.read", params);
+    let answer = host
+        .wait(&req, Duration::from_secs(120))
+        .expect("framed read");
+    let data = host
+        .frames_for("files.data", &req)
+        .into_iter()
+        .map(|(note, bytes)| {
+            let params = &note["params"];
+            assert!(
+                params.get("content").is_none(),
+                "no content in a frame: {note}"
+            );
+            assert_eq!(
+                params["bytes"],
+                bytes.len(),
+                "the frame is as long as it says"
+            );
+            (params["offset"].as_u64().expect("offset"), bytes)
+        })
+        .collect();
+    (answer, data)
+}
+
+fn frames_round_trip(mode: Mode) {
+    let host = Host::start(mode);
+    let hello = host.ok("epp.hello", json!({}));
+    assert_eq!(hello["wire"]["binary_frames"], true, "{hello}");
+    let id = host.create_sandbox();
+    let path = format!("{}/frames ü/every byte.bin", workdir(&host, &id));
+    // Newlines, NULs and bytes that are not UTF-8 inside the frames: the
+    // host must count, not look. Uneven chunks, and one of a single byte.
+    let content = binary(3 * MIB + 7);
+    let req = host.send(
+        "files.write",
+        json!({"sandbox_id": id, "path": path, "size": content.len(),
+               "encoding": "binary", "mode": "0640", "stream": true}),
+    );
+    let (first, rest) = content.split_at(1);
+    host.notify_framed("files.write_chunk", json!({"request_id": req}), first);
+    for piece in rest.chunks(900_001) {
+        host.notify_framed("files.write_chunk", json!({"request_id": req}), piece);
+    }
+    let info = host
+        .wait(&req, Duration::from_secs(120))
+        .expect("framed write");
+    assert_eq!(info["size"], content.len(), "{info}");
+    assert_eq!(info["mode"], "0640", "{info}");
+
+    // The same bytes come back in frames, and as base64 in a JSON line.
+    let (answer, data) = read_frames(
+        &host,
+        json!({"sandbox_id": id, "path": path, "encoding": "binary", "stream": true}),
+    );
+    assert_eq!(answer, json!({"size": content.len(), "encoding": "binary"}));
+    assert!(data.len() >= 3, "{} frames for 3 MiB", data.len());
+    assert!(joined(0, &data) == content, "frames carry the file");
+    let whole = host.ok(
+        "files.read",
+        json!({"sandbox_id": id, "path": path, "encoding": "base64"}),
+    );
+    assert!(b64d(whole["content"].as_str().unwrap()) == content);
+
+    // A range, and lines after the frames still parse: the host answers a
+    // plain request that follows.
+    let (answer, data) = read_frames(
+        &host,
+        json!({"sandbox_id": id, "path": path, "encoding": "binary", "stream": true,
+               "offset": 2 * MIB - 1, "length": 3}),
+    );
+    assert_eq!(answer["size"], 3);
+    assert_eq!(
+        joined((2 * MIB - 1) as u64, &data),
+        &content[2 * MIB - 1..2 * MIB + 2]
+    );
+    let exists = host.ok("files.exists", json!({"sandbox_id": id, "path": path}));
+    assert_eq!(exists["exists"], true, "{exists}");
+}
+both_modes!(
+    binary_frames_carry_content_both_ways,
+    super::frames_round_trip
+);
+
+#[test]
+fn binary_frames_refuse_what_they_cannot_carry() {
+    let host = HostBuilder::new(Mode::Direct)
+        .arg("--max-line-bytes")
+        .arg("1048576")
+        .spawn();
+    let (id, path) = with_old_file(&host, "kept.txt");
+    // Not streamed: raw bytes cannot ride in a JSON line.
+    let err = host.fails(
+        "files.read",
+        json!({"sandbox_id": id, "path": path, "encoding": "binary"}),
+        "E1001",
+    );
+    assert!(err.message.contains("stream: true"), "{}", err.message);
+    let err = host.fails(
+        "files.write",
+        json!({"sandbox_id": id, "path": path, "content": "x", "encoding": "binary"}),
+        "E1001",
+    );
+    assert!(err.message.contains("binary frames"), "{}", err.message);
+
+    let wait_err = |req: &Value| {
+        host.wait(req, Duration::from_secs(60))
+            .expect_err("the write must fail")
+    };
+    // A text chunk for a binary write.
+    let req = host.send(
+        "files.write",
+        json!({"sandbox_id": id, "path": path, "size": 3, "encoding": "binary", "stream": true}),
+    );
+    host.notify(
+        "files.write_chunk",
+        json!({"request_id": req, "content": "new"}),
+    );
+    let err = wait_err(&req);
+    assert!(err.message.contains("binary frame"), "{}", err.message);
+    // A frame for a base64 write.
+    let req = host.send(
+        "files.write",
+        json!({"sandbox_id": id, "path": path, "size": 3, "encoding": "base64", "stream": true}),
+    );
+    host.notify_framed("files.write_chunk", json!({"request_id": req}), b"new");
+    let err = wait_err(&req);
+    assert!(
+        err.message.contains("encoding \"binary\""),
+        "{}",
+        err.message
+    );
+    // A frame longer than --max-line-bytes: its bytes are skipped, not kept,
+    // the write fails, and the next line is read where it starts.
+    let big = vec![b'\n'; MIB + 1];
+    let req = send_frames(&host, &id, &path, &big, MIB + 1);
+    let err = wait_err(&req);
+    assert!(err.message.contains("--max-line-bytes"), "{}", err.message);
+    assert_eq!(
+        text_of(&host, &id, &path),
+        "old",
+        "the file was not changed"
+    );
+}
+
+#[test]
+fn input_that_ends_inside_a_frame_leaves_the_old_file() {
+    // The sandbox belongs to a host that stays; the one whose input ends writes.
+    let keeper = Host::start(Mode::Direct);
+    let (id, path) = with_old_file(&keeper, "cut.txt");
+    let mut host = Host::start(Mode::Direct);
+    let req = host.send(
+        "files.write",
+        json!({"sandbox_id": id, "path": path, "size": 10, "encoding": "binary", "stream": true}),
+    );
+    // The header promises 10 bytes; 4 come, then the input ends.
+    host.raw(
+        format!(
+            "{}\nnew!",
+            json!({"jsonrpc": "2.0", "method": "files.write_chunk",
+                   "params": {"request_id": req, "bytes": 10}})
+        )
+        .as_bytes(),
+    );
+    assert!(host.finish(Duration::from_secs(60)).success());
+    let err = host
+        .wait(&req, Duration::from_secs(5))
+        .expect_err("a cut frame fails the write");
+    assert_eq!(err.epp, "E1001", "{err:?}");
+    assert!(err.message.contains("4 of its 10 bytes"), "{}", err.message);
+    assert_eq!(text_of(&keeper, &id, &path), "old");
+}
