@@ -6,7 +6,8 @@
 //! directory the previous run ended with (execd 1.1.1). Shell functions would be
 //! lost between runs, so each run is wrapped: it first sources the functions the
 //! previous run left in `/tmp/.epp-session-ID.functions` and ends by writing
-//! `declare -f` there, keeping the user's exit status for execd's own trailer.
+//! `declare -f` there when it changed (see [`save_functions`]), keeping the
+//! user's exit status for execd's own trailer, all without a fork.
 //! Aliases and unexported variables still do not carry over, nor functions of a run
 //! that calls `exit`. Output is line by line with stderr merged into stdout and blank
 //! lines dropped. The session id is all a run needs, so any process may run in a
@@ -362,21 +363,39 @@ fn load_functions(session_id: &str) -> String {
 }
 
 /// Keeps `cmd`'s status in `$__epp_status`, runs `then` and saves the
-/// functions (the start of a run's end).
+/// functions if they changed (the start of a run's end).
+///
+/// Replacing a file costs: ext4 flushes a file that is truncated and written
+/// again when it is closed (`auto_da_alloc`), about 3 ms in a sandbox's `/tmp`.
+/// So the functions file is written only when `declare -f` prints something
+/// else than it holds. bash (before 5.3) has no way to take a command's output
+/// without a fork, so `declare -f` goes to the session's `.declared` file
+/// instead, written over in place (`1<>`: no truncation, no flush) and ended by
+/// a NUL, and is read back up to it; with no functions at all (`compgen -A
+/// function` fails) nothing is written. When that file cannot be written the
+/// functions file is left as it is. Builtins are called as such, so a function
+/// of the user's named `declare` or `read` changes nothing; the commands that
+/// may fail stand where `set -e` does not stop the shell.
 fn save_functions(session_id: &str, then: &str) -> String {
+    let functions = file(session_id, "functions");
+    let declared = file(session_id, "declared");
     format!(
-        "__epp_status=$?; {then}declare -f > '{}' 2>/dev/null; ",
-        file(session_id, "functions")
+        "__epp_status=$?; {then}{{ __epp_new= __epp_old=; if ! builtin compgen -A function \
+         >/dev/null || {{ {{ builtin declare -f; builtin printf '\\0'; }} 1<> '{declared}' && IFS= \
+         builtin read -r -d '' __epp_new < '{declared}'; }}; then IFS= builtin read -r -d '' \
+         __epp_old < '{functions}' || :; [[ $__epp_new == \"$__epp_old\" ]] || builtin printf %s \
+         \"$__epp_new\" >| '{functions}' || :; fi; }} 2>/dev/null; "
     )
 }
 
 /// `cmd` between sourcing the session's saved functions and saving them again.
-/// The status of `cmd` is left in `$?` (execd reads it after the script), and the
-/// user's text stands on lines of its own so a trailing comment cannot swallow
-/// the epilogue. `session_id` is checked (no quote or slash can appear in it).
+/// The status of `cmd` is left in `$?` (execd reads it after the script) by a
+/// function that returns it: `(exit N)` would cost a fork. The user's text
+/// stands on lines of its own so a trailing comment cannot swallow the
+/// epilogue. `session_id` is checked (no quote or slash can appear in it).
 fn keeping_functions(session_id: &str, cmd: &str) -> String {
     format!(
-        "{}{cmd}\n{}(exit $__epp_status)\n",
+        "{}{cmd}\n{}__epp_return() {{ return \"$__epp_status\"; }}; __epp_return\n",
         load_functions(session_id),
         save_functions(session_id, "")
     )
@@ -430,6 +449,7 @@ pub fn close(sandbox_id: &str, session_id: &str) -> Result<()> {
         &[
             marker(session_id),
             file(session_id, "functions"),
+            file(session_id, "declared"),
             file(session_id, "state"),
         ],
     );
@@ -499,7 +519,7 @@ mod tests {
         // Its end: status kept, files written under umask 077, state saved.
         assert!(
             lines[4].starts_with(
-                "__epp_status=$?; set +eu; IFS=$'\\'' \\t\\n'\\''; umask 077; declare -f >"
+                "__epp_status=$?; set +eu; IFS=$'\\'' \\t\\n'\\''; umask 077; { __epp_new= __epp_old=;"
             ),
             "{}",
             lines[4]
@@ -520,9 +540,74 @@ mod tests {
             "{ . '/tmp/.epp-session-s-1.functions'; } 2>/dev/null"
         );
         assert_eq!(lines[1], "f() { echo hi; }; false # note");
-        assert!(
-            lines[2].starts_with("__epp_status=$?; declare -f > '/tmp/.epp-session-s-1.functions'")
+        assert!(lines[2].starts_with("__epp_status=$?; { __epp_new= __epp_old=;"));
+        assert!(lines[2].contains("1<> '/tmp/.epp-session-s-1.declared'"));
+        assert!(lines[2].contains(">| '/tmp/.epp-session-s-1.functions'"));
+        assert!(lines[2].ends_with("__epp_return() { return \"$__epp_status\"; }; __epp_return"));
+        assert_eq!(lines.len(), 3);
+    }
+
+    /// One run as execd makes it (a fresh `bash` per run, its status read
+    /// after the script): (status, output).
+    fn run_in_bash(session_id: &str, cmd: &str) -> (i32, String) {
+        let script = format!("{}exit \"$?\"\n", keeping_functions(session_id, cmd));
+        let out = std::process::Command::new("bash")
+            .args(["--noprofile", "--norc", "-c", &script])
+            .output()
+            .expect("bash runs");
+        let output = String::from_utf8_lossy(&out.stdout).into_owned();
+        (out.status.code().expect("exited"), output)
+    }
+
+    /// In a real bash: functions carry over, the status is the command's, and
+    /// the functions file is written only when the functions changed, also
+    /// under `set -euC` and with functions named like the builtins used.
+    #[test]
+    fn functions_carry_over_and_are_written_only_when_changed() {
+        if std::process::Command::new("bash")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            return;
+        }
+        let id = format!("t-{}", std::process::id());
+        let path = super::file(&id, "functions");
+        let modified = || std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+        let pause = || std::thread::sleep(std::time::Duration::from_millis(20));
+
+        assert_eq!(run_in_bash(&id, "true"), (0, String::new()));
+        assert!(modified().is_none(), "no functions, no file");
+        assert_eq!(
+            run_in_bash(&id, "f() { echo hi; }; false # note"),
+            (1, String::new())
         );
-        assert!(lines[2].ends_with("(exit $__epp_status)"));
+        let first = modified().expect("written");
+        pause();
+        assert_eq!(run_in_bash(&id, "f; (exit 42)"), (42, "hi\n".to_string()));
+        assert_eq!(modified(), Some(first), "unchanged: not written again");
+        assert_eq!(run_in_bash(&id, "f() { echo bye; }"), (0, String::new()));
+        let second = modified().expect("still there");
+        assert_ne!(second, first, "changed: written");
+        pause();
+        assert_eq!(
+            run_in_bash(
+                &id,
+                "set -euC; declare() { echo no; }; read() { :; }; g() { f; }; ! true"
+            ),
+            (1, String::new()),
+            "set -e ends the script at the status, as `(exit 1)` did"
+        );
+        assert_ne!(modified(), Some(second), "saved before the status");
+        assert_eq!(run_in_bash(&id, "g"), (0, "bye\n".to_string()));
+        assert_eq!(
+            run_in_bash(&id, "unset -f f g declare read"),
+            (0, String::new())
+        );
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "");
+        assert_eq!(run_in_bash(&id, "f"), (127, "".to_string()));
+        for what in ["functions", "declared"] {
+            let _ = std::fs::remove_file(super::file(&id, what));
+        }
     }
 }
