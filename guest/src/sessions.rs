@@ -358,8 +358,11 @@ pub fn run(
 }
 
 /// Sources the functions the session's previous run saved (a run's start).
+/// A session without functions has no file: it is not opened, since a failed
+/// open costs bash an error message (formatted, then dropped).
 fn load_functions(session_id: &str) -> String {
-    format!("{{ . '{}'; }} 2>/dev/null\n", file(session_id, "functions"))
+    let functions = file(session_id, "functions");
+    format!("{{ [[ ! -s '{functions}' ]] || . '{functions}'; }} 2>/dev/null\n")
 }
 
 /// Keeps `cmd`'s status in `$__epp_status`, runs `then` and saves the
@@ -382,8 +385,8 @@ fn save_functions(session_id: &str, then: &str) -> String {
     format!(
         "__epp_status=$?; {then}{{ __epp_new= __epp_old=; if ! builtin compgen -A function \
          >/dev/null || {{ {{ builtin declare -f; builtin printf '\\0'; }} 1<> '{declared}' && IFS= \
-         builtin read -r -d '' __epp_new < '{declared}'; }}; then IFS= builtin read -r -d '' \
-         __epp_old < '{functions}' || :; [[ $__epp_new == \"$__epp_old\" ]] || builtin printf %s \
+         builtin read -r -d '' __epp_new < '{declared}'; }}; then [[ ! -s '{functions}' ]] || IFS= builtin read -r \
+         -d '' __epp_old < '{functions}' || :; [[ $__epp_new == \"$__epp_old\" ]] || builtin printf %s \
          \"$__epp_new\" >| '{functions}' || :; fi; }} 2>/dev/null; "
     )
 }
@@ -537,7 +540,8 @@ mod tests {
         let lines: Vec<&str> = script.lines().collect();
         assert_eq!(
             lines[0],
-            "{ . '/tmp/.epp-session-s-1.functions'; } 2>/dev/null"
+            "{ [[ ! -s '/tmp/.epp-session-s-1.functions' ]] || . \
+             '/tmp/.epp-session-s-1.functions'; } 2>/dev/null"
         );
         assert_eq!(lines[1], "f() { echo hi; }; false # note");
         assert!(lines[2].starts_with("__epp_status=$?; { __epp_new= __epp_old=;"));
