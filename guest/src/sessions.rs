@@ -368,10 +368,12 @@ fn load_functions(session_id: &str) -> String {
 /// Keeps `cmd`'s status in `$__epp_status`, runs `then` and saves the
 /// functions if they changed (the start of a run's end).
 ///
-/// Replacing a file costs: ext4 flushes a file that is truncated and written
-/// again when it is closed (`auto_da_alloc`), about 3 ms in a sandbox's `/tmp`.
-/// So the functions file is written only when `declare -f` prints something
-/// else than it holds. bash (before 5.3) has no way to take a command's output
+/// Replacing a file costs: ext4 starts writing out a file that is truncated
+/// and written again as soon as it is closed (`auto_da_alloc`), and a run that
+/// comes soon after waits for that (about 3 ms per run back to back here; a few
+/// tenths of a millisecond when runs are a few milliseconds apart). So the
+/// functions file is written only when `declare -f` prints something else than
+/// it holds. bash (before 5.3) has no way to take a command's output
 /// without a fork, so `declare -f` goes to the session's `.declared` file
 /// instead, written over in place (`1<>`: no truncation, no flush) and ended by
 /// a NUL, and is read back up to it; with no functions at all (`compgen -A
