@@ -380,7 +380,9 @@ fn load_functions(session_id: &str) -> String {
 /// function` fails) nothing is written. When that file cannot be written the
 /// functions file is left as it is. Builtins are called as such, so a function
 /// of the user's named `declare` or `read` changes nothing; the commands that
-/// may fail stand where `set -e` does not stop the shell.
+/// may fail stand where `set -e` does not stop the shell; the two variables
+/// holding the text are unset again (under `set -a` they would be exported,
+/// and execd would keep them).
 fn save_functions(session_id: &str, then: &str) -> String {
     let functions = file(session_id, "functions");
     let declared = file(session_id, "declared");
@@ -389,7 +391,7 @@ fn save_functions(session_id: &str, then: &str) -> String {
          >/dev/null || {{ {{ builtin declare -f; builtin printf '\\0'; }} 1<> '{declared}' && IFS= \
          builtin read -r -d '' __epp_new < '{declared}'; }}; then [[ ! -s '{functions}' ]] || IFS= builtin read -r \
          -d '' __epp_old < '{functions}' || :; [[ $__epp_new == \"$__epp_old\" ]] || builtin printf %s \
-         \"$__epp_new\" >| '{functions}' || :; fi; }} 2>/dev/null; "
+         \"$__epp_new\" >| '{functions}' || :; fi; builtin unset __epp_new __epp_old; }} 2>/dev/null; "
     )
 }
 
@@ -611,6 +613,20 @@ mod tests {
             (0, String::new())
         );
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "");
+        // Under `set -a` the compared text would be exported: it is unset.
+        let script = format!(
+            "{}export -p\n",
+            keeping_functions(&id, "set -a; h() { :; }")
+        );
+        let out = std::process::Command::new("bash")
+            .args(["--noprofile", "--norc", "-c", &script])
+            .output()
+            .expect("bash runs");
+        let exports = String::from_utf8_lossy(&out.stdout);
+        // (`__epp_status` is, as it always was: the sign that `set -a` took.)
+        assert!(exports.contains("__epp_status"), "{exports}");
+        assert!(!exports.contains("__epp_new"), "{exports}");
+        assert_eq!(run_in_bash(&id, "unset -f h"), (0, String::new()));
         assert_eq!(run_in_bash(&id, "f"), (127, "".to_string()));
         for what in ["functions", "declared"] {
             let _ = std::fs::remove_file(super::file(&id, what));
