@@ -101,7 +101,7 @@ fn manifest_describes_the_signed_component() {
     assert_eq!(m["file"], "opensandbox.wasm");
     let size = std::fs::metadata(release.wasm()).unwrap().len();
     assert_eq!(m["size"], size);
-    // The shipped component's size budget (1.25 MiB) is checked by scripts/release on
+    // The shipped component's size budget (1 MiB) is checked by scripts/release on
     // dist/opensandbox.wasm (the guest-release profile); this one is the
     // development build, which is larger.
     assert_eq!(m["signer_key_ids"].as_array().unwrap().len(), 1);
