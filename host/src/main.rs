@@ -147,11 +147,11 @@ fn main() -> ExitCode {
 }
 
 fn async_main(fut: impl std::future::Future<Output = Result<ExitCode>>) -> Result<ExitCode> {
-    // One thread for the async work: stdin and stdout have threads of their
-    // own, and a call that hops between two workers cost ~30 % more CPU (8
-    // context switches per call instead of 4) without being faster at 64 or
-    // 256 calls at once (bench/profiling.md, issue 24).
-    tokio::runtime::Builder::new_current_thread()
+    // Two workers, not one: one thread would save ~25 % CPU per call (half the
+    // context switches) but added ~1 ms to `commands.run` at p50 in every other
+    // round, the request, its connection and its read-ahead no longer
+    // overlapping (bench/profiling.md, issue 24).
+    tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?
