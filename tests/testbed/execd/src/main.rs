@@ -236,8 +236,30 @@ fn dispatch(
             }
             return dispatch(st, req, peer).await;
         }
+        if matches!(*req.method(), Method::GET | Method::DELETE | Method::HEAD) {
+            drain(req.body_mut()).await;
+        }
         route(st, req).await
     })
+}
+
+/// Reads what a request that takes no body carries anyway, up to 256 KiB, as
+/// Go's net/http does after a handler so the connection serves the next
+/// request. hyper would close it instead when the body's end arrives after
+/// the answer, and opensandbox-server's proxy sends DELETEs with a chunked
+/// (empty) body: its pool could then reuse a connection being closed, and
+/// answer 502 `BACKEND_RESPONSE_FAILED` ("Server disconnected without sending
+/// a response") where the real execd answers.
+async fn drain(body: &mut Incoming) {
+    use http_body_util::BodyExt;
+    let mut left: usize = 256 << 10;
+    while let Some(Ok(frame)) = body.frame().await {
+        let len = frame.data_ref().map_or(0, |d| d.len());
+        if len >= left {
+            return;
+        }
+        left -= len;
+    }
 }
 
 /// execd's router (Gin answers unknown routes and wrong methods with a plain 404).

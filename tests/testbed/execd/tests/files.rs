@@ -530,3 +530,41 @@ async fn search_and_directories() {
     assert_eq!(r.status, StatusCode::OK);
     assert!(!root.exists());
 }
+
+/// A DELETE whose (empty, chunked) body ends only after the answer, as
+/// opensandbox-server's proxy sends it: the connection still serves the next
+/// request, as Go's net/http keeps it (hyper alone would close it, and the
+/// proxy's pool answer 502 for the request it sent next).
+#[tokio::test]
+async fn a_body_that_ends_late_keeps_the_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let x = Execd::start();
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", x.port))
+        .await
+        .unwrap();
+    let head = "DELETE /files?path=/nonexistent-epp HTTP/1.1\r\nHost: x\r\n\
+                Transfer-Encoding: chunked\r\n\r\n";
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.flush().await.unwrap();
+    // The body's end follows on its own, after the handler could have answered
+    // (the pause makes the late end, it synchronises nothing: with or without
+    // it, the connection must serve the next request).
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    s.write_all(b"0\r\n\r\n").await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = s.read(&mut buf).await.unwrap();
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    s.write_all(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let n = s.read(&mut buf).await.unwrap();
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "the next request on the connection is answered: {:?}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+}
