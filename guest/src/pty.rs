@@ -607,7 +607,7 @@ pub fn kill(sandbox_id: &str, pty_id: &str) -> Result<()> {
     let killed = killed_key(sandbox_id, pty_id);
     memo::put(&killed, "9", 60_000);
     let marked = holder(sandbox_id, pty_id).is_none()
-        && files::make_private_dir(&mut execd, KILLED, 0o700)
+        && files::create_dir(&mut execd, KILLED, 0o700)
             .and_then(|()| files::put_marker(&mut execd, &killed_file(pty_id), b"9\n", 0o600))
             .is_ok();
     let resp = execd.send(|e| e.request("DELETE", &path), &[]);

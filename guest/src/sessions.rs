@@ -121,7 +121,7 @@ const USER_TTL_MS: u32 = 3_600_000;
 /// the user's entry (crate::users::encode_user), or [`AS_EXECD`].
 fn remember(execd: &mut Execd, session_id: &str, user: Option<&users::User>) -> Result<()> {
     let line = user.map_or_else(|| AS_EXECD.to_string(), users::encode_user);
-    files::make_private_dir(execd, MARKERS, 0o700)?;
+    files::create_dir(execd, MARKERS, 0o700)?;
     files::put_marker(
         execd,
         &marker(session_id),

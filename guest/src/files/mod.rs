@@ -333,15 +333,7 @@ pub fn make_dir(sandbox_id: &str, path: &str) -> Result<bool> {
         Err(e) if e.is(Kind::NotFound) => {}
         Err(e) => return Err(e),
     }
-    let body = serde_json::json!({ path: {"mode": mode_to_execd(DIR_MODE)} }).to_string();
-    let resp = execd.send(
-        |e| {
-            Ok(e.request("POST", "/directories")?
-                .header("content-type", "application/json"))
-        },
-        body.as_bytes(),
-    )?;
-    execd.check(resp, path).map(|_| true)
+    create_dir(&mut execd, path, DIR_MODE).map(|()| true)
 }
 
 pub fn remove(sandbox_id: &str, path: &str) -> Result<()> {
@@ -391,9 +383,10 @@ pub fn rename(sandbox_id: &str, old_path: &str, new_path: &str) -> Result<FileIn
 }
 
 /// Makes `dir` (and its parents) if it is missing, with `mode` for `dir`
-/// itself (execd gives it only to a directory it creates; parents get 0755).
-/// For the provider's own files in a sandbox (crate::sessions, crate::pty).
-pub(crate) fn make_private_dir(execd: &mut Execd, dir: &str, mode: u32) -> Result<()> {
+/// itself (execd gives it only to a directory it creates; parents get 0755):
+/// `files.make_dir`, and the provider's own directories (crate::sessions,
+/// crate::pty).
+pub(crate) fn create_dir(execd: &mut Execd, dir: &str, mode: u32) -> Result<()> {
     let body = serde_json::json!({ dir: {"mode": mode_to_execd(mode)} }).to_string();
     let resp = execd.send(
         |e| {
