@@ -520,6 +520,28 @@ fn level_batches(batches: usize, min_calls: usize, n: usize) -> usize {
     batches.max(min_calls.div_ceil(n.max(1)))
 }
 
+/// One level of a scaling curve, as `"KxN":{…}`: a warm-up batch of `go`, then
+/// `timed` batches with this process's peak RSS (VmHWM reset after the warm-up).
+fn level<F>(k: usize, n: usize, timed: usize, go: F) -> io::Result<String>
+where
+    F: Fn() -> io::Result<(u64, Vec<u64>)>,
+{
+    go()?;
+    reset_peak();
+    let (mut walls, mut lat) = (Vec::new(), Vec::new());
+    for _ in 0..timed {
+        let (wall, these) = go()?;
+        walls.push(wall);
+        lat.extend(these);
+    }
+    let (rss, hwm) = memory();
+    Ok(format!(
+        "\"{k}x{n}\":{{\"wall_us\":{},\"lat_us\":{},\"rss_kib\":{rss},\"hwm_kib\":{hwm}}}",
+        list(&walls),
+        list(&lat)
+    ))
+}
+
 /// Workload 24's scaling curve: for each count of sandboxes in `series` and each
 /// level, one warm-up batch, then timed batches of `level` concurrent commands;
 /// this process's peak RSS per level (VmHWM reset before the timed batches).
@@ -529,21 +551,8 @@ fn scale_run(endpoints: &str, series: &[usize], levels: &[usize], batches: usize
     for &k in series {
         let targets = &all[..k.min(all.len())];
         for &n in levels {
-            batch(targets, n, |pool, prefix| run_one(pool, prefix, true))?;
-            reset_peak();
-            let (mut walls, mut lat) = (Vec::new(), Vec::new());
-            for _ in 0..level_batches(batches, min_calls, n) {
-                let (wall, these) = batch(targets, n, |pool, prefix| run_one(pool, prefix, true))?;
-                walls.push(wall);
-                lat.extend(these);
-            }
-            let (rss, hwm) = memory();
-            steps.push(format!(
-                "\"{}x{n}\":{{\"wall_us\":{},\"lat_us\":{},\"rss_kib\":{rss},\"hwm_kib\":{hwm}}}",
-                targets.len(),
-                list(&walls),
-                list(&lat)
-            ));
+            let go = || batch(targets, n, |pool, prefix| run_one(pool, prefix, true));
+            steps.push(level(targets.len(), n, level_batches(batches, min_calls, n), go)?);
         }
     }
     Ok(format!("\"steps\":{{{}}}", steps.join(",")))
@@ -588,23 +597,9 @@ fn scale_read(endpoints: &str, path: &str, size: usize, levels: &[usize], batche
             let (want, query) = (want.clone(), query.clone());
             batch(&targets, n, move |pool, prefix| download_one(pool, prefix, &query, &want))
         };
-        go()?;
-        compared += n;
-        reset_peak();
-        let (mut walls, mut lat) = (Vec::new(), Vec::new());
-        for _ in 0..level_batches(batches, min_calls, n) {
-            let (wall, these) = go()?;
-            walls.push(wall);
-            lat.extend(these);
-            compared += n;
-        }
-        let (rss, hwm) = memory();
-        steps.push(format!(
-            "\"{}x{n}\":{{\"wall_us\":{},\"lat_us\":{},\"rss_kib\":{rss},\"hwm_kib\":{hwm}}}",
-            targets.len(),
-            list(&walls),
-            list(&lat)
-        ));
+        let timed = level_batches(batches, min_calls, n);
+        steps.push(level(targets.len(), n, timed, go)?);
+        compared += n * (1 + timed);
     }
     Ok(format!("\"steps\":{{{}}},\"compared\":{compared}", steps.join(",")))
 }
