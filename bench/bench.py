@@ -456,12 +456,16 @@ class Bench:
 
     def host_cpu(self, rnd: int) -> None:
         """W24 (epp-host only): the host process's user+sys CPU (/proc/PID/stat) per
-        `files.exists` on a warm connection, CPU_BATCHES batches of CPU_CALLS calls."""
+        `files.exists` on a warm connection, CPU_BATCHES batches of CPU_CALLS calls; as
+        shipped (a fresh instance per request) and with `--reuse-instances`, in
+        alternating order."""
         a = {"sandbox": self.box[0], "path": CPU_PATH, "n": CPU_CALLS, "warmup": CPU_WARMUP,
              "batches": CPU_BATCHES}
-        r = self.drive("epp", "cpu", a)
-        self.record("host_cpu", "epp", {k: r[k] for k in ("cpu_us", "sched_us", "wall_us", "calls", "clk_tck",
-                                                          "idle_cpu_us_per_s", "idle_sched_us_per_s")})
+        variants = [("epp", {}), ("epp_reuse", {"EPP_HOST_ARGS": "--reuse-instances"})]
+        for name, env in variants if rnd % 2 == 0 else variants[::-1]:
+            r = self.drive("epp", "cpu", a, env)
+            self.record("host_cpu", name, {k: r[k] for k in ("cpu_us", "sched_us", "wall_us", "calls", "clk_tck",
+                                                             "idle_cpu_us_per_s", "idle_sched_us_per_s")})
 
     def files_big(self, rnd: int) -> None:
         """W24: streamed `files.write` / `files.read` (epp-host `stream: true`, 1 MiB

@@ -701,23 +701,30 @@ def per_round_ratio(a: list, b: list) -> tuple[float, float, float]:
     return spread_ratio([x / y for x, y in zip(a, b) if y and not math.isnan(x) and not math.isnan(y)])
 
 
+def cpu_stats(cpu: list) -> dict:
+    """Per-call CPU of one host variant over its rounds (medians, extremes)."""
+    rounds = [paired_median(r["cpu_us"]) for r in cpu]
+    out = {"us": paired_median(rounds), "lo": min(rounds), "hi": max(rounds),
+           "batch_lo": min(x for r in cpu for x in r["cpu_us"]),
+           "batch_hi": max(x for r in cpu for x in r["cpu_us"]),
+           "sched_us": paired_median([paired_median(r["sched_us"]) for r in cpu]),
+           "wall_us": paired_median([paired_median(r["wall_us"]) for r in cpu]),
+           "calls": cpu[0]["calls"], "batches": sum(len(r["cpu_us"]) for r in cpu), "rounds": len(cpu),
+           "clk_tck": cpu[0].get("clk_tck", 100)}
+    idle = [r["idle_sched_us_per_s"] for r in cpu if "idle_sched_us_per_s" in r]
+    if idle:
+        out["idle_us_per_s"] = paired_median(idle)
+    return out
+
+
 def w24_stats(data: dict) -> dict:
     """Issue 24's workloads: per-call CPU, streamed files, the scaling curve, the MCP
     overhead; per-round values for the paired ratios."""
     s, out = data["samples"], {}
-    cpu = s.get("host_cpu", {}).get("epp", [])
-    if cpu:
-        rounds = [paired_median(r["cpu_us"]) for r in cpu]
-        out["cpu"] = {"us": paired_median(rounds), "lo": min(rounds), "hi": max(rounds),
-                      "batch_lo": min(x for r in cpu for x in r["cpu_us"]),
-                      "batch_hi": max(x for r in cpu for x in r["cpu_us"]),
-                      "sched_us": paired_median([paired_median(r["sched_us"]) for r in cpu]),
-                      "wall_us": paired_median([paired_median(r["wall_us"]) for r in cpu]),
-                      "calls": cpu[0]["calls"], "batches": sum(len(r["cpu_us"]) for r in cpu), "rounds": len(cpu),
-                      "clk_tck": cpu[0].get("clk_tck", 100)}
-        idle = [r["idle_sched_us_per_s"] for r in cpu if "idle_sched_us_per_s" in r]
-        if idle:
-            out["cpu"]["idle_us_per_s"] = paired_median(idle)
+    for key, contender in (("cpu", "epp"), ("cpu_reuse", "epp_reuse")):
+        cpu = s.get("host_cpu", {}).get(contender, [])
+        if cpu:
+            out[key] = cpu_stats(cpu)
     big = s.get("files_big", {})
     if big:
         sizes = sorted({r["bytes"] for rs in big.values() for r in rs})
@@ -810,6 +817,11 @@ def w24_targets(data: dict) -> list[tuple[str, str, str, bool | None]]:
         rows.append(("24. epp-host CPU per `files.exists` on a warm connection (user+sys of the host process)",
                      f"≤ {CPU_TARGET_US} µs", f"{c['us']:.0f} µs ({c['lo']:.0f}–{c['hi']:.0f} over rounds)",
                      c["us"] <= CPU_TARGET_US))
+    if "cpu_reuse" in w:
+        c = w["cpu_reuse"]
+        rows.append(("24. the same with `--reuse-instances` (off by default: the provider's own state outlives "
+                     "a request)", f"≤ {CPU_TARGET_US} µs",
+                     f"{c['us']:.0f} µs ({c['lo']:.0f}–{c['hi']:.0f} over rounds)", c["us"] <= CPU_TARGET_US))
     if "big" in w:
         b = w["big"]
         for size in b["sizes"]:
@@ -878,7 +890,11 @@ def w24_section(data: dict, scale_svg: str) -> str:
             ["wall time per call (the client's round trip)", f"{c['wall_us']:.0f} µs", "–"],
         ] + ([["the same host idle, before the batches (schedstat, per second of wall time)",
                f"{c['idle_us_per_s']:.0f} µs/s", f"≈ {c['idle_us_per_s'] * c['wall_us'] / 1e6:.1f} µs per call's wall time"]]
-             if "idle_us_per_s" in c else [])))
+             if "idle_us_per_s" in c else []) + ([
+            ["with `--reuse-instances`: user+sys, median of rounds", f"{w['cpu_reuse']['us']:.0f} µs",
+             f"{w['cpu_reuse']['batch_lo']:.0f}–{w['cpu_reuse']['batch_hi']:.0f} µs (batches)"],
+            ["with `--reuse-instances`: wall time per call", f"{w['cpu_reuse']['wall_us']:.0f} µs", "–"],
+        ] if "cpu_reuse" in w else [])))
         parts.append(f"""
 - One `epp-host run` process per round, {cfg.get('cpu_warmup', 50)} warm-up calls (the component
   compiled and cached, the connection to execd open), then {c['batches'] // max(1, c['rounds'])} batches
@@ -886,7 +902,8 @@ def w24_section(data: dict, scale_svg: str) -> str:
   ({c['batches']} batches in {c['rounds']} rounds). The host's CPU is read from `/proc/PID/stat`
   (utime + stime) before and after each batch, divided by the calls: everything the host
   process did for them (stdin, JSON, the fresh instance per request, the guest, HTTP to
-  execd, the answer). `/proc/PID/stat` counts in clock ticks ({1000 // c['clk_tck']} ms here), so one
+  execd, the answer). The `--reuse-instances` rows: the same in another process of each
+  round, the two in alternating order, that host keeping instances for plain calls. `/proc/PID/stat` counts in clock ticks ({1000 // c['clk_tck']} ms here), so one
   batch's {c['calls']} calls resolve to {1e6 / c['clk_tck'] / c['calls']:.0f} µs per call; the schedstat row,
   in ns, is the cross-check. The client and execd are not counted.
 """)

@@ -29,7 +29,8 @@ pub async fn call(
     }
     match method.stream {
         None => {
-            let (_, ok) = invoke(ctx, method, method.function, params, &[]).await?;
+            let (inst, ok) = invoke(ctx, method, method.function, params, &[]).await?;
+            ctx.runtime.give_back(inst);
             answer(ctx, method, method.function, ok)
         }
         Some(tags) => streams::serve(ctx, method, tags, params).await,

@@ -75,7 +75,8 @@ pub async fn serve(
             if forward {
                 return Err(answers_at_once(ctx, method, tags, callee));
             }
-            let (_, ok) = invoke(ctx, method, callee.function, params, &taken).await?;
+            let (inst, ok) = invoke(ctx, method, callee.function, params, &taken).await?;
+            ctx.runtime.give_back(inst);
             invoke::answer(ctx, method, callee.function, ok)
         }
         Answer::Reader { read, size } => {
@@ -122,7 +123,9 @@ pub async fn serve(
                 return Ok(detach(ctx, events, inst, stream, sandbox_id, id));
             }
             let result = events.follow(ctx, &mut inst, stream, forward, id).await;
-            inst.drop_resource(stream).await;
+            if inst.drop_resource(stream).await && result.is_ok() {
+                ctx.runtime.give_back(inst);
+            }
             result
         }
     }

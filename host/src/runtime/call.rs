@@ -162,10 +162,15 @@ impl Instance {
         Ok(r)
     }
 
-    /// Drops an exported resource, ignoring a trap in its destructor (logged).
-    pub async fn drop_resource(&mut self, res: ResourceAny) {
-        if let Err(e) = res.resource_drop_async(&mut self.store).await {
-            tracing::warn!(error = %e, "the provider failed to release a resource");
+    /// Drops an exported resource, ignoring a trap in its destructor (logged):
+    /// whether the destructor ran cleanly.
+    pub async fn drop_resource(&mut self, res: ResourceAny) -> bool {
+        match res.resource_drop_async(&mut self.store).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "the provider failed to release a resource");
+                false
+            }
         }
     }
 }

@@ -46,9 +46,12 @@ impl Limits {
     }
 }
 
-/// Refuses memory growth beyond the cap with a trap that says why.
+/// Refuses memory growth beyond the cap with a trap that says why, and
+/// remembers how far the instance's memory grew.
 pub struct MemoryLimiter {
     pub limits: Limits,
+    /// The largest size a memory of the instance was allowed to grow to.
+    pub grown_to: usize,
 }
 
 impl wasmtime::ResourceLimiter for MemoryLimiter {
@@ -61,6 +64,7 @@ impl wasmtime::ResourceLimiter for MemoryLimiter {
         if desired > self.limits.max_memory_bytes {
             return Err(wasmtime::Error::new(self.limits.memory_hit()));
         }
+        self.grown_to = self.grown_to.max(desired);
         Ok(true)
     }
 

@@ -31,7 +31,7 @@ use anyhow::{Context, Result, bail};
 use cache::CacheOutcome;
 pub use call::{CallError, Exports, Instance};
 use limits::Limits;
-use state::{Shared, StoreState};
+use state::{CallState, Shared, StoreState};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -76,7 +76,19 @@ pub struct LoadOptions {
     pub instances: u32,
     /// Called after `describe()` and `needs()`, and again for `provider_options`.
     pub grant: GrantFn,
+    /// Serve plain calls from an instance a previous call left (the
+    /// operator's `--reuse-instances`) rather than always a fresh one.
+    pub reuse_instances: bool,
 }
+
+/// Instances kept for reuse at most: enough for a client's calls in flight at
+/// a time to find one, few enough that what they hold stays small.
+const KEPT_MAX: usize = 16;
+
+/// A kept instance's linear memory may have grown to this much at most: a
+/// guest's heap does not shrink, so one that once held a large answer would
+/// keep it.
+const KEPT_MEMORY_MAX: usize = 4 << 20;
 
 /// A loaded provider.
 pub struct Runtime {
@@ -103,6 +115,9 @@ pub struct Runtime {
     /// (answered E8004).
     pub not_served: Vec<String>,
     pub cache: CacheOutcome,
+    /// Instances a plain call left, for the next one (`--reuse-instances`);
+    /// none when reuse is off.
+    kept: Option<std::sync::Mutex<Vec<Instance>>>,
 }
 
 /// Links exactly what a provider may import: wasi:io, clocks, random (incl. insecure seeds), basic
@@ -211,6 +226,9 @@ impl Runtime {
             needs,
             not_served,
             cache,
+            kept: opts
+                .reuse_instances
+                .then(|| std::sync::Mutex::new(Vec::with_capacity(KEPT_MAX))),
         })
     }
 
@@ -229,12 +247,14 @@ impl Runtime {
                     guest_env: Vec::new(),
                 })
             }),
+            reuse_instances: false,
         })
         .await
     }
 
-    /// A fresh instance with the memory cap and CPU budget in place. From the
-    /// first one on, the grant is fixed (`reconfigure` answers `Sealed`).
+    /// An instance with the memory cap and CPU budget in place: a kept one
+    /// when reuse is on and one is there, else a fresh one. From the first one
+    /// on, the grant is fixed (`reconfigure` answers `Sealed`).
     pub async fn instance(&self) -> Result<Instance> {
         let shared = {
             let current = self.shared.read().expect("lock");
@@ -244,7 +264,40 @@ impl Runtime {
             self.sealed.store(true, Ordering::SeqCst);
             current.clone()
         };
+        if let Some(mut inst) = self
+            .kept
+            .as_ref()
+            .and_then(|k| k.lock().expect("lock").pop())
+        {
+            inst.store.set_epoch_deadline(1);
+            return Ok(inst);
+        }
         instantiate(&self.engine, &self.pre, &self.exports, shared).await
+    }
+
+    /// Keeps `inst` for a later call when reuse is on and nothing of this
+    /// call can reach the next: the call answered (a trap, a limit hit or a
+    /// provider error never get here), the guest holds no host resource, its
+    /// memory stayed small, and the grant is the one in force. Per-call state
+    /// (deadline, tokens, CPU budget) is set again by the next call. Anything
+    /// else is dropped as without reuse.
+    pub fn give_back(&self, mut inst: Instance) {
+        let Some(kept) = &self.kept else {
+            return;
+        };
+        let current = self.shared.read().expect("lock").clone();
+        let state = inst.store.data_mut();
+        if !state.holds_nothing()
+            || state.limiter.grown_to > KEPT_MEMORY_MAX
+            || !Arc::ptr_eq(&state.shared, &current)
+        {
+            return;
+        }
+        inst.store.data_mut().call = CallState::default();
+        let mut kept = kept.lock().expect("lock");
+        if kept.len() < KEPT_MAX {
+            kept.push(inst);
+        }
     }
 
     /// Replaces the grant with one made from the operator's environment under

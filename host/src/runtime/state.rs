@@ -122,11 +122,35 @@ impl StoreState {
             },
             limiter: MemoryLimiter {
                 limits: shared.limits,
+                grown_to: 0,
             },
             shared,
             cpu_ticks: 0,
             call: CallState::default(),
         }
+    }
+}
+
+/// `request-options` a store may have left over and still be kept for reuse.
+const LEFT_OPTIONS_MAX: usize = 256;
+
+impl StoreState {
+    /// Whether the guest holds no host resource (stream, request, pollable…).
+    /// `request-options` do not count, up to a bound: a guest hands them to
+    /// `outgoing-handler.handle`, which owns them, but wasmtime-wasi-http 48
+    /// only reads them and leaves them in the table, where nothing can reach
+    /// them (the guest gave its handle away). Past the bound, the store is not
+    /// kept, so a reused one does not grow without end.
+    pub fn holds_nothing(&mut self) -> bool {
+        let mut options = 0;
+        for entry in self.table.iter_mut() {
+            let entry: &dyn std::any::Any = entry;
+            if !entry.is::<wasmtime_wasi_http::RequestOptions>() {
+                return false;
+            }
+            options += 1;
+        }
+        options <= LEFT_OPTIONS_MAX
     }
 }
 

@@ -1,6 +1,6 @@
 //! Load and soak on loopback: many sandboxes and many operations in flight at
-//! once through a few hosts, every answer checked, nothing left running, host
-//! memory flat. Short in `just test`; `just soak` runs the long versions:
+//! once through a few hosts (two of them with `--reuse-instances`), every
+//! answer checked, nothing left running, host memory flat. Short in `just test`; `just soak` runs the long versions:
 //!
 //! - `EPP_LOAD_SANDBOXES` (default 250: more than one page of `sandbox.list`) sandboxes, `EPP_LOAD_OPS` (default 200)
 //!   operations in flight at once, `EPP_LOAD_ROUNDS` (default 1) times;
@@ -121,7 +121,20 @@ fn hundreds_of_concurrent_operations() {
     let ops = env_u64("EPP_LOAD_OPS", 200) as usize;
     let rounds = env_u64("EPP_LOAD_ROUNDS", 1) as usize;
     let modes = [Mode::Direct, Mode::Proxy, Mode::Direct, Mode::Proxy];
-    let hosts: Vec<Host> = modes.iter().map(|m| HostBuilder::new(*m).spawn()).collect();
+    // The last two keep instances for reuse (`--reuse-instances`): the same
+    // answers, checked the same way, from instances earlier calls left.
+    let hosts: Vec<Host> = modes
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let builder = HostBuilder::new(*m);
+            if i >= 2 {
+                builder.arg("--reuse-instances").spawn()
+            } else {
+                builder.spawn()
+            }
+        })
+        .collect();
     for h in &hosts {
         h.ok("epp.hello", json!({}));
     }

@@ -168,10 +168,23 @@ fn sleep_ms(ms: u64) {
     wasip2::clocks::monotonic_clock::subscribe_duration(ms.saturating_mul(1_000_000)).block();
 }
 
+/// Calls of `count` this instance has served.
+static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
 fn instruction(id: &str) -> R<SandboxInfo> {
     let (verb, arg) = id.split_once(' ').unwrap_or((id, ""));
     match verb {
         "echo" => Ok(answer(arg, Vec::new())),
+        // State that lives as long as the instance: 1 on a fresh one.
+        "count" => {
+            let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            Ok(answer(&n.to_string(), Vec::new()))
+        }
+        // Leaves a host resource (a pollable) behind and answers.
+        "leak" => {
+            std::mem::forget(wasip2::clocks::monotonic_clock::subscribe_duration(1));
+            Ok(answer(id, Vec::new()))
+        }
         "env" => {
             let dump: String = wasip2::cli::environment::get_environment()
                 .into_iter()
