@@ -324,9 +324,10 @@ pub struct HostArgs {
     pub shutdown_grace: u64,
     /// Serve a call from an instance an earlier one left (a plain call, or a
     /// command followed to its end), instead of a fresh one: about a fifth less
-    /// host CPU and latency per plain call. The provider's own state (its statics, its heap)
-    /// then outlives a request; the host's does not, and an instance that
-    /// trapped, failed, holds a resource or grew past 4 MiB is not kept.
+    /// host CPU and latency per plain call. The provider's own state (its
+    /// statics, its heap) then outlives a request; the host's does not, and an
+    /// instance that trapped, failed, holds a resource or grew past 4 MiB is
+    /// not kept.
     #[arg(long)]
     pub reuse_instances: bool,
 }

@@ -6,7 +6,7 @@
 
 use super::context::CallCtx;
 use super::errors::RpcError;
-use super::invoke::{answer, invoke, parse, unsupported};
+use super::invoke::{parse, plain, unsupported};
 use super::streams;
 use crate::contract::table;
 use epp_protocol::{PROTOCOL, transport};
@@ -28,11 +28,7 @@ pub async fn call(
         return Err(unsupported(ctx, method.name, method.capability));
     }
     match method.stream {
-        None => {
-            let (inst, ok) = invoke(ctx, method, method.function, params, &[]).await?;
-            ctx.runtime.give_back(inst);
-            answer(ctx, method, method.function, ok)
-        }
+        None => plain(ctx, method, method.function, params, &[]).await,
         Some(tags) => streams::serve(ctx, method, tags, params).await,
     }
 }

@@ -124,6 +124,21 @@ pub async fn call_with(
     }
 }
 
+/// Calls `function` as a plain method (it answers at once, nothing stays in
+/// its instance) and answers it; the instance goes back to the runtime, which
+/// keeps it for a later call if reuse is on.
+pub async fn plain(
+    ctx: &CallCtx,
+    method: &Method,
+    function: &str,
+    params: Map<String, Value>,
+    taken: &[&str],
+) -> Result<Value, RpcError> {
+    let (inst, ok) = invoke(ctx, method, function, params, taken).await?;
+    ctx.runtime.give_back(inst);
+    answer(ctx, method, function, ok)
+}
+
 /// The answer of a function called as a plain method: a record as an object,
 /// nothing as `{}`, anything else as `{KEY: value}` (`result=KEY`, or the
 /// stream's `id=KEY` for a function that answers only an id).

@@ -75,9 +75,7 @@ pub async fn serve(
             if forward {
                 return Err(answers_at_once(ctx, method, tags, callee));
             }
-            let (inst, ok) = invoke(ctx, method, callee.function, params, &taken).await?;
-            ctx.runtime.give_back(inst);
-            invoke::answer(ctx, method, callee.function, ok)
+            invoke::plain(ctx, method, callee.function, params, &taken).await
         }
         Answer::Reader { read, size } => {
             bytes::read(

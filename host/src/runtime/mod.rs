@@ -285,15 +285,14 @@ impl Runtime {
         let Some(kept) = &self.kept else {
             return;
         };
-        let current = self.shared.read().expect("lock").clone();
         let state = inst.store.data_mut();
         if !state.holds_nothing()
             || state.limiter.grown_to > KEPT_MEMORY_MAX
-            || !Arc::ptr_eq(&state.shared, &current)
+            || !Arc::ptr_eq(&state.shared, &self.shared.read().expect("lock"))
         {
             return;
         }
-        inst.store.data_mut().call = CallState::default();
+        state.call = CallState::default();
         let mut kept = kept.lock().expect("lock");
         if kept.len() < KEPT_MAX {
             kept.push(inst);

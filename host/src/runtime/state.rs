@@ -89,6 +89,9 @@ impl Tokens {
     }
 }
 
+/// `request-options` a store may have left over and still be kept for reuse.
+const LEFT_OPTIONS_MAX: usize = 256;
+
 /// The `T` of `Store<T>`: one per request.
 pub struct StoreState {
     wasi: WasiCtx,
@@ -129,12 +132,7 @@ impl StoreState {
             call: CallState::default(),
         }
     }
-}
 
-/// `request-options` a store may have left over and still be kept for reuse.
-const LEFT_OPTIONS_MAX: usize = 256;
-
-impl StoreState {
     /// Whether the guest holds no host resource (stream, request, pollable…).
     /// `request-options` do not count, up to a bound: a guest hands them to
     /// `outgoing-handler.handle`, which owns them, but wasmtime-wasi-http 48

@@ -1,6 +1,7 @@
 //! Load and soak on loopback: many sandboxes and many operations in flight at
 //! once through a few hosts (two of them with `--reuse-instances`), every
-//! answer checked, nothing left running, host memory flat. Short in `just test`; `just soak` runs the long versions:
+//! answer checked, nothing left running, host memory flat. Short in `just
+//! test`; `just soak` runs the long versions:
 //!
 //! - `EPP_LOAD_SANDBOXES` (default 250: more than one page of `sandbox.list`) sandboxes, `EPP_LOAD_OPS` (default 200)
 //!   operations in flight at once, `EPP_LOAD_ROUNDS` (default 1) times;
