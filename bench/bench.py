@@ -458,12 +458,14 @@ class Bench:
         """W24 (epp-host only): the host process's user+sys CPU (/proc/PID/stat) per
         `files.exists` on a warm connection, CPU_BATCHES batches of CPU_CALLS calls; as
         shipped (a fresh instance per request) and with `--reuse-instances`, in
-        alternating order."""
+        alternating order; then both again with all CPUs but one kept busy by nice-19
+        spinners (fewer idle CPUs to wake: closer to what the host's own work costs)."""
         a = {"sandbox": self.box[0], "path": CPU_PATH, "n": CPU_CALLS, "warmup": CPU_WARMUP,
              "batches": CPU_BATCHES}
         variants = [("epp", {}), ("epp_reuse", {"EPP_HOST_ARGS": "--reuse-instances"})]
-        for name, env in variants if rnd % 2 == 0 else variants[::-1]:
-            r = self.drive("epp", "cpu", a, env)
+        busy = [(f"{name}_busy", env) for name, env in variants]
+        for name, env in (variants if rnd % 2 == 0 else variants[::-1]) + busy:
+            r = self.drive("epp", "cpu", {**a, "busy": name.endswith("_busy")}, env)
             self.record("host_cpu", name, {k: r[k] for k in ("cpu_us", "sched_us", "wall_us", "calls", "clk_tck",
                                                              "idle_cpu_us_per_s", "idle_sched_us_per_s")})
 
