@@ -457,12 +457,12 @@ class Bench:
     def host_cpu(self, rnd: int) -> None:
         """W24 (epp-host only): the host process's user+sys CPU (/proc/PID/stat) per
         `files.exists` on a warm connection, CPU_BATCHES batches of CPU_CALLS calls; as
-        shipped (a fresh instance per request) and with `--reuse-instances`, in
-        alternating order; then both again with all CPUs but one kept busy by nice-19
+        shipped (instances reused, as the provider declares) and with
+        `--fresh-instances` (a fresh instance per call), in alternating order; then both again with all CPUs but one kept busy by nice-19
         spinners (fewer idle CPUs to wake: closer to what the host's own work costs)."""
         a = {"sandbox": self.box[0], "path": CPU_PATH, "n": CPU_CALLS, "warmup": CPU_WARMUP,
              "batches": CPU_BATCHES}
-        variants = [("epp", {}), ("epp_reuse", {"EPP_HOST_ARGS": "--reuse-instances"})]
+        variants = [("epp", {}), ("epp_fresh", {"EPP_HOST_ARGS": "--fresh-instances"})]
         busy = [(f"{name}_busy", env) for name, env in variants]
         for name, env in (variants if rnd % 2 == 0 else variants[::-1]) + busy:
             r = self.drive("epp", "cpu", {**a, "busy": name.endswith("_busy")}, env)

@@ -147,6 +147,14 @@ impl Guest for Provider {
         }
     }
 
+    fn reusable() -> bool {
+        // The one static is `config`'s settings, made once from the
+        // environment, which an instance never sees change; every other
+        // state lives in the resources of a call, which the host checks are
+        // gone before it keeps an instance.
+        true
+    }
+
     fn check_settings() -> R<()> {
         wit(config::settings().map(drop))
     }

@@ -99,7 +99,7 @@ pub fn load_options(args: &HostArgs, wasm: Vec<u8>) -> Result<LoadOptions> {
         cache_dir,
         limits: limits(args),
         instances: (args.max_concurrent + MAX_CONNECTIONS + 16) as u32,
-        reuse_instances: args.reuse_instances,
+        reuse: args.reuse(),
         grant: Box::new(move |info, needs, overlay| {
             // An EPP client's provider_options first, then the operator's environment.
             let env = |name: &str| {

@@ -249,6 +249,7 @@ fn contract_view(rt: &Runtime) -> Value {
         "current": rt.contract.is_current(),
         "not_served": rt.not_served,
         "has_needs": rt.contract.has_needs(),
+        "declares_reusable": rt.declares_reusable,
         "secrets_in_component_environment": secrets,
     })
 }
@@ -304,6 +305,14 @@ fn print_contract(c: &Value) {
         "contract:   built against {}; this host speaks {}",
         c["built_against"].as_str().unwrap_or("-"),
         c["host_speaks"].as_str().unwrap_or("-")
+    );
+    println!(
+        "instances:  {}",
+        match c["declares_reusable"].as_bool() {
+            Some(true) =>
+                "reusable (it declares so: a call may get an instance an earlier call left)",
+            _ => "fresh for every call (it does not declare them reusable)",
+        }
     );
     if c["current"] == json!(true) {
         return;

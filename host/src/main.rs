@@ -212,7 +212,8 @@ async fn load_bytes(bytes: Vec<u8>, host: &HostArgs) -> Result<Arc<Runtime>> {
     tracing::info!(
         provider = %runtime.info.id,
         version = %runtime.info.version,
-        "compile cache: {cache}, {what}"
+        "compile cache: {cache}, {what}; instances {}",
+        runtime.reuse.1
     );
     Ok(Arc::new(runtime))
 }

@@ -53,6 +53,8 @@ fn inspect_says_which_contract_and_what_follows() {
     assert_eq!(contract["current"], false);
     // Every capability it declares, it exports functions of: all are served.
     assert_eq!(contract["not_served"], json!([]), "{contract}");
+    // It has no reusable(): a fresh instance for every call.
+    assert_eq!(contract["declares_reusable"], false, "{contract}");
     let capabilities = &report["manifest"]["capabilities"];
     for streamed in ["exec.run", "exec.stream", "pty", "files.rw"] {
         assert_eq!(capabilities[streamed], true, "{streamed}: {capabilities}");

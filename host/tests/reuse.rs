@@ -1,14 +1,17 @@
-//! `--reuse-instances`: a call may be served by an instance an earlier call
-//! left (a plain call, or a command followed to its end). The probe's `count`
-//! answers how many times its instance has counted (1 on a fresh instance),
-//! so it shows which instance served a call. Off by default (every call
-//! fresh); on, an instance is kept only when nothing of its call can reach
-//! the next: not after a trap, a provider error, memory grown past the bound,
-//! or a host resource left open.
+//! Reused instances: a call may be served by an instance an earlier call left
+//! (a plain call, or a command followed to its end), by default only when the
+//! provider declares its instances reusable (`reusable()`, abx:epp 1.2), or
+//! for any provider with `--reuse-instances`. The probe's `count` answers how
+//! many times its instance has counted (1 on a fresh instance), so it shows
+//! which instance served a call; the probe declares its instances not
+//! reusable (that counter outlives a call). An instance is kept only when
+//! nothing of its call can reach the next: not after a trap, a provider
+//! error, memory grown past the bound, or a host resource left open.
 
 mod common;
 
 use common::*;
+use serde_json::json;
 
 fn count(host: &mut Host) -> String {
     result(&host.probe("count"))["sandbox_id"]
@@ -18,10 +21,75 @@ fn count(host: &mut Host) -> String {
 }
 
 #[test]
-fn every_call_gets_a_fresh_instance_by_default() {
+fn a_provider_that_does_not_declare_reuse_gets_a_fresh_instance_for_every_call() {
     let mut host = HostBuilder::new().spawn();
     for _ in 0..3 {
         assert_eq!(count(&mut host), "1");
+    }
+    let log = host.log();
+    assert!(
+        log.contains(
+            "instances fresh for every call (the provider does not declare them reusable)"
+        ),
+        "{log}"
+    );
+}
+
+/// What the host says of its instances at start-up, for a provider that
+/// declares them reusable (minibox) under `args`.
+fn minibox_instances(args: &[&str]) -> String {
+    let mut host = HostBuilder::new()
+        .wasm(MINIBOX.wasm())
+        .env("MINIBOX_ENDPOINT", "http://127.0.0.1:9")
+        .env("MINIBOX_TOKEN", "t")
+        .args(args)
+        .spawn();
+    // Answered only once the component is loaded, after the start-up line.
+    result(&host.call("epp.hello", json!({"protocol": "EPP/1"})));
+    let log = host.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("compile cache"))
+        .unwrap_or_else(|| panic!("no start-up line in {log}"));
+    line.split_once("instances ")
+        .unwrap_or_else(|| panic!("the start-up line says nothing of instances: {line}"))
+        .1
+        .to_string()
+}
+
+#[test]
+fn a_provider_that_declares_reuse_is_reused_unless_the_operator_says_fresh() {
+    assert!(
+        minibox_instances(&[]).starts_with("reused (the provider declares them reusable)"),
+        "{}",
+        minibox_instances(&[])
+    );
+    assert!(
+        minibox_instances(&["--fresh-instances"])
+            .starts_with("fresh for every call (--fresh-instances)")
+    );
+    assert!(minibox_instances(&["--reuse-instances"]).starts_with("reused (--reuse-instances)"));
+}
+
+#[test]
+fn inspect_says_whether_a_provider_declares_reuse() {
+    for (wasm, declared) in [(probe_wasm(), false), (MINIBOX.wasm(), true)] {
+        let out = run_host_once(
+            &[
+                "inspect",
+                "--json",
+                "--trust-file",
+                "/dev/null",
+                wasm.to_str().unwrap(),
+            ],
+            &[],
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(
+            report["contract"]["declares_reusable"], declared,
+            "{wasm:?}"
+        );
     }
 }
 

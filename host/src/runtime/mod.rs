@@ -76,9 +76,23 @@ pub struct LoadOptions {
     pub instances: u32,
     /// Called after `describe()` and `needs()`, and again for `provider_options`.
     pub grant: GrantFn,
-    /// Serve plain calls from an instance a previous call left (the
-    /// operator's `--reuse-instances`) rather than always a fresh one.
-    pub reuse_instances: bool,
+    /// Whether calls may be served by an instance a previous call left.
+    pub reuse: Reuse,
+}
+
+/// Whether a call may be served by an instance an earlier call left
+/// (`Runtime::give_back` says which instances qualify).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Reuse {
+    /// When the provider declares its instances reusable (`reusable()`,
+    /// abx:epp 1.2): a component without the function, or answering false,
+    /// gets a fresh instance for every call.
+    #[default]
+    Declared,
+    /// Always, whatever the provider says (`--reuse-instances`).
+    Always,
+    /// Never (`--fresh-instances`).
+    Never,
 }
 
 /// Instances kept for reuse at most: enough for a client's calls in flight at
@@ -115,9 +129,12 @@ pub struct Runtime {
     /// (answered E8004).
     pub not_served: Vec<String>,
     pub cache: CacheOutcome,
-    /// Instances a plain call left, for the next one (`--reuse-instances`);
-    /// none when reuse is off.
+    /// Instances a plain call left, for the next one; none when reuse is off.
     kept: Option<std::sync::Mutex<Vec<Instance>>>,
+    /// Whether the provider declares its instances reusable (`reusable()`).
+    pub declares_reusable: bool,
+    /// Whether instances are reused here, and why (for the log).
+    pub reuse: (bool, &'static str),
 }
 
 /// Links exactly what a provider may import: wasi:io, clocks, random (incl. insecure seeds), basic
@@ -198,7 +215,22 @@ impl Runtime {
         } else {
             older_needs(info, &|function| exports.has(function))
         };
+        let declared = exports.has("reusable")
+            && inst
+                .call_bare::<(), bool>("reusable", ())
+                .await
+                .map_err(host_call_error)
+                .context("the provider's reusable() failed")?;
         drop(inst);
+        let reuse = match (opts.reuse, declared) {
+            (Reuse::Always, _) => (true, "reused (--reuse-instances)"),
+            (Reuse::Never, _) => (false, "fresh for every call (--fresh-instances)"),
+            (Reuse::Declared, true) => (true, "reused (the provider declares them reusable)"),
+            (Reuse::Declared, false) => (
+                false,
+                "fresh for every call (the provider does not declare them reusable)",
+            ),
+        };
         if !not_served.is_empty() {
             tracing::warn!(
                 contract = %contract.world(),
@@ -226,9 +258,11 @@ impl Runtime {
             needs,
             not_served,
             cache,
-            kept: opts
-                .reuse_instances
+            kept: reuse
+                .0
                 .then(|| std::sync::Mutex::new(Vec::with_capacity(KEPT_MAX))),
+            declares_reusable: declared,
+            reuse,
         })
     }
 
@@ -247,7 +281,7 @@ impl Runtime {
                     guest_env: Vec::new(),
                 })
             }),
-            reuse_instances: false,
+            reuse: Reuse::Never,
         })
         .await
     }

@@ -1,5 +1,5 @@
 //! Load and soak on loopback: many sandboxes and many operations in flight at
-//! once through a few hosts (two of them with `--reuse-instances`), every
+//! once through a few hosts (two of them with `--fresh-instances`), every
 //! answer checked, nothing left running, host memory flat. Short in `just
 //! test`; `just soak` runs the long versions:
 //!
@@ -122,15 +122,17 @@ fn hundreds_of_concurrent_operations() {
     let ops = env_u64("EPP_LOAD_OPS", 200) as usize;
     let rounds = env_u64("EPP_LOAD_ROUNDS", 1) as usize;
     let modes = [Mode::Direct, Mode::Proxy, Mode::Direct, Mode::Proxy];
-    // The last two keep instances for reuse (`--reuse-instances`): the same
-    // answers, checked the same way, from instances earlier calls left.
+    // The provider declares its instances reusable, so the first two serve
+    // calls from instances earlier calls left; the last two make a fresh one
+    // for every call (`--fresh-instances`): the same answers, checked the
+    // same way.
     let hosts: Vec<Host> = modes
         .iter()
         .enumerate()
         .map(|(i, m)| {
             let builder = HostBuilder::new(*m);
             if i >= 2 {
-                builder.arg("--reuse-instances").spawn()
+                builder.arg("--fresh-instances").spawn()
             } else {
                 builder.spawn()
             }

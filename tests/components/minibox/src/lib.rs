@@ -480,6 +480,12 @@ impl Guest for Minibox {
         }
     }
 
+    fn reusable() -> bool {
+        // Nothing outlives a call: every call reads its settings and talks
+        // to the server afresh.
+        true
+    }
+
     fn check_settings() -> R<()> {
         Ok(())
     }

@@ -634,6 +634,12 @@ impl Guest for Probe {
         }
     }
 
+    fn reusable() -> bool {
+        // `count`'s static counter outlives a call (so that tests can see
+        // which instance served one): an honest probe says no.
+        false
+    }
+
     fn check_settings() -> R<()> {
         // A label is any text but `invalid`, so a test can make a bad setting.
         let label = wasip2::cli::environment::get_environment()
