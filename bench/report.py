@@ -945,16 +945,17 @@ def w24_section(data: dict, scale_svg: str) -> str:
   bytes; docs/epp-1.md, Binary frames), back to back (made before the clock starts, once
   per distinct chunk: the content repeats every 64 bytes, so the driver's memory stays
   bounded), timed to the answer; then `files.read {{stream: true, encoding: "binary"}}`, its
-  `files.data` frames spooled to tmpfs as they arrive and hashed after the clock stops.
+  `files.data` frames read into one buffer of the file's size as they arrive (as the raw
+  client reads into memory) and hashed after the clock stops.
   Text chunks (`stream: true` without `"binary"`) are workload 4′ above. The SDK:
-  `write_files` of a generated binary stream, `read_bytes_stream` (1 MiB chunks, spooled
-  the same way). Raw: one multipart upload and one download, from and into memory.
+  `write_files` of a generated binary stream, `read_bytes_stream` (1 MiB chunks, copied
+  into one buffer the same way). Raw: one multipart upload and one download, from and into memory.
 - sha256 of what each driver sent, of the file in the sandbox (`sha256sum` there, run by
   bench.py through execd, not by a contender) and of what each read back are compared with
   the bench content's; any difference fails the step. {b['checks']} checks, all equal.
 - Rounds per size: {rounds} (the larger size in the short rounds only). Peak RSS of the
   driver processes at {mib_of(b['sizes'][-1])}: {", ".join(f"{DRIVERS[c]} {fmt(v / 1024)} MiB" for c, v in b['driver_hwm'].items() if v)}
-  (the Python drivers hold about one chunk at a time; the raw client holds the file twice).
+  (each read ends in memory: the Python drivers hold the file once, the raw client twice).
 """)
     for key, title, what in (("scale_run", "Scaling: concurrent `commands.run \"true\"`",
                               "sandboxes × concurrent runs"),

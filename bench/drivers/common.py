@@ -82,6 +82,43 @@ class Spool:
         self.f.close()
 
 
+class Into:
+    """What a big read delivers, copied into one buffer of the expected size made
+    before the clock starts, as the raw client collects its download into memory:
+    no allocation and no file write per chunk inside the timed part. (A tmpfs
+    spool cost the epp driver twice the CPU, 120–130 against 60–70 ms per 256 MiB
+    read, and 15–20 % of the read's throughput on two cores; bench/profiling.md.)
+    Holds the whole file, as the raw client does."""
+
+    def __init__(self, size: int) -> None:
+        self.buf = bytearray(size)
+        self.view = memoryview(self.buf)
+        self.got = 0
+
+    def _room(self, n: int) -> memoryview:
+        end = self.got + n
+        if end > len(self.buf):
+            raise RuntimeError(f"the read delivered more than the {len(self.buf)} bytes expected")
+        return self.view[self.got:end]
+
+    def write(self, b: bytes) -> None:
+        self._room(len(b))[:] = b
+        self.got += len(b)
+
+    def read_from(self, f, n: int) -> None:
+        """Exactly `n` bytes of the binary stream `f`, read straight into the buffer."""
+        room = self._room(n)
+        while room:
+            k = f.readinto(room)
+            if not k:
+                raise RuntimeError("the stream ended inside a frame")
+            room = room[k:]
+        self.got += n
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self.view[:self.got]).hexdigest()
+
+
 def cpu_times(pid: int | str = "self") -> tuple[float, float]:
     """(user+sys seconds from /proc/PID/stat, on-CPU seconds summed over
     /proc/PID/task/*/schedstat) of a process. The first counts in clock ticks

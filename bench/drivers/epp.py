@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-from common import Spool, args, content_sha256, cpu_times, emit, file_content, memory, pieces, reset_peak
+from common import Into, Spool, args, content_sha256, cpu_times, emit, file_content, memory, pieces, reset_peak
 
 ns = time.perf_counter_ns
 
@@ -693,9 +693,10 @@ def w_files_big(host: Host, a: dict) -> dict:
     1 MiB, then `files.read {stream: true}`: in binary frames (`encoding: "binary"`,
     the default: a header line `{…, bytes: N}` then N raw bytes, docs/epp-1.md) or,
     with `encoding: "utf8"`, as text `files.write_chunk` / `files.data` lines.
-    Memory stays bounded: every chunk is made once per distinct piece (the content
-    repeats every 64 bytes) and hashed before the clock starts; what the read
-    delivers is spooled to tmpfs while the clock runs and decoded and hashed after."""
+    Every chunk is made once per distinct piece (the content repeats every 64
+    bytes) and hashed before the clock starts; binary frames are read into one
+    buffer of the file's size (`Into`, as the raw client reads into memory), text
+    lines spooled to tmpfs; both are decoded and hashed after the clock stops."""
     box, path, size = a["sandbox"], a["path"], a["size"]
     binary = a.get("encoding", "binary") == "binary"
     run_true(host, box)
@@ -733,7 +734,7 @@ def w_files_big(host: Host, a: dict) -> dict:
     del chunks, encoded
     if answer.get("size") != size:
         raise RuntimeError(f"files.write answered size {answer.get('size')}, not {size}")
-    spool = Spool()
+    spool = Into(size) if binary else Spool()
     t = ns()
     read = {"sandbox_id": box, "path": path, "stream": True}
     if binary:
@@ -750,8 +751,7 @@ def w_files_big(host: Host, a: dict) -> dict:
             if msg.get("id") == want:
                 break
         if binary:
-            n = json.loads(line)["params"]["bytes"]
-            spool.write(stdout.read(n))
+            spool.read_from(stdout, json.loads(line)["params"]["bytes"])
             frames += 1
         else:
             spool.write(line)
@@ -759,17 +759,12 @@ def w_files_big(host: Host, a: dict) -> dict:
     profile(host, False)
     result = host.answer(msg)
     if binary:
-        h = hashlib.sha256()
-        got = 0
-        for block in spool.blocks():
-            h.update(block)
-            got += len(block)
-        read_sha, notes = h.hexdigest(), frames
-        if got != size:
-            raise RuntimeError(f"files.data frames: {got} bytes, not {size}")
+        read_sha, notes = spool.sha256(), frames
+        if spool.got != size:
+            raise RuntimeError(f"files.data frames: {spool.got} bytes, not {size}")
     else:
         read_sha, got, notes = check_pieces(spool, "files.data", size)
-    spool.close()
+        spool.close()
     if result.get("size") != size:
         raise RuntimeError(f"files.read answered size {result.get('size')}, not {size}")
     return {"write_s": write_s, "read_s": read_s, "bytes": size, "write_sha256": sent.hexdigest(),

@@ -17,7 +17,7 @@ from datetime import timedelta
 import hashlib
 import io
 
-from common import Spool, args, content_sha256, emit, file_content, memory, pieces, reset_peak
+from common import Into, Spool, args, content_sha256, emit, file_content, memory, pieces, reset_peak
 
 from opensandbox import Sandbox
 from opensandbox.config import ConnectionConfig
@@ -241,20 +241,16 @@ async def w_files_big(a: dict) -> dict:
     t = ns()
     await sandbox.files.write_files([WriteEntry(path=a["path"], data=src, mode=644)])
     write_s = (ns() - t) / 1e9
-    spool = Spool()
+    into = Into(size)
     t = ns()
     async for chunk in await sandbox.files.read_bytes_stream(a["path"], chunk_size=1 << 20):
-        spool.write(chunk)
+        into.write(chunk)
     read_s = (ns() - t) / 1e9
-    h, got = hashlib.sha256(), 0
-    for b in spool.blocks():
-        h.update(b)
-        got += len(b)
-    spool.close()
+    got = into.got
     if got != size or src.sent != size:
         raise RuntimeError(f"write_files sent {src.sent} bytes, read_bytes_stream gave {got}, not {size}")
     return {"write_s": write_s, "read_s": read_s, "bytes": size, "write_sha256": sent,
-            "read_sha256": h.hexdigest()}
+            "read_sha256": into.sha256()}
 
 
 def level_batches(a: dict, n: int) -> int:
