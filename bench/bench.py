@@ -458,8 +458,9 @@ class Bench:
         """W24 (epp-host only): the host process's user+sys CPU (/proc/PID/stat) per
         `files.exists` on a warm connection, CPU_BATCHES batches of CPU_CALLS calls; as
         shipped (instances reused, as the provider declares) and with
-        `--fresh-instances` (a fresh instance per call), in alternating order; then both again with all CPUs but one kept busy by nice-19
-        spinners (fewer idle CPUs to wake: closer to what the host's own work costs)."""
+        `--fresh-instances` (a fresh instance per call), in alternating order; then
+        both again with all CPUs but one kept busy by nice-19 spinners (fewer idle
+        CPUs to wake: closer to what the host's own work costs)."""
         a = {"sandbox": self.box[0], "path": CPU_PATH, "n": CPU_CALLS, "warmup": CPU_WARMUP,
              "batches": CPU_BATCHES}
         variants = [("epp", {}), ("epp_fresh", {"EPP_HOST_ARGS": "--fresh-instances"})]

@@ -626,10 +626,9 @@ def w_cpu(host: Host, a: dict) -> dict:
     idle_s = (ns() - t) / 1e9
     c1, s1 = cpu_times(pid)
     idle = {"idle_cpu_us_per_s": (c1 - c0) * 1e6 / idle_s, "idle_sched_us_per_s": (s1 - s0) * 1e6 / idle_s}
-    stat_us, sched_us, wall_us = [], [], []
     spinners = busy_cpus() if a.get("busy") else []
     try:
-        batches(host, params, n, a["batches"], stat_us, sched_us, wall_us)
+        stat_us, sched_us, wall_us = batches(host, params, n, a["batches"])
     finally:
         for p in spinners:
             p.kill()
@@ -643,15 +642,17 @@ def busy_cpus() -> list:
     those CPUs never sit idle while the batches run: on a virtual machine, waking
     an idle CPU costs more than the work it is woken for (bench/profiling.md,
     issue 24). Anything at normal priority, the host and this driver included,
-    preempts them. (One per CPU, tried first, measured more on 2 CPUs: 225 / 150 µs
-    per call against 150 / 75 with one.)"""
+    preempts them. (One per CPU, tried first, measured more on 2 CPUs: 225 µs per call
+    with fresh instances and 150 with kept ones, against 150 and 75 with one.)"""
     spin = [sys.executable, "-c", "import os\nos.nice(19)\nwhile True: pass"]
     return [subprocess.Popen(spin) for _ in range(max(1, (os.cpu_count() or 1) - 1))]
 
 
-def batches(host: Host, params: dict, n: int, count: int, stat_us: list, sched_us: list,
-            wall_us: list) -> None:
+def batches(host: Host, params: dict, n: int, count: int) -> tuple[list, list, list]:
+    """`count` batches of `n` calls: per call, the host's CPU (/proc/PID/stat),
+    its threads' on-CPU time (schedstat) and the wall time, each in µs per batch."""
     pid = host.proc.pid
+    stat_us, sched_us, wall_us = [], [], []
     for _ in range(count):
         c0, s0 = cpu_times(pid)
         t = ns()
@@ -662,6 +663,7 @@ def batches(host: Host, params: dict, n: int, count: int, stat_us: list, sched_u
         stat_us.append((c1 - c0) * 1e6 / n)
         sched_us.append((s1 - s0) * 1e6 / n)
         wall_us.append(wall / n)
+    return stat_us, sched_us, wall_us
 
 
 ANSWER = b'{"jsonrpc":"2.0","id":'

@@ -213,7 +213,7 @@ async fn load_bytes(bytes: Vec<u8>, host: &HostArgs) -> Result<Arc<Runtime>> {
         provider = %runtime.info.id,
         version = %runtime.info.version,
         "compile cache: {cache}, {what}; instances {}",
-        runtime.reuse.1
+        runtime.reuse.decide(runtime.declares_reusable).1
     );
     Ok(Arc::new(runtime))
 }

@@ -59,16 +59,17 @@ fn minibox_instances(args: &[&str]) -> String {
 
 #[test]
 fn a_provider_that_declares_reuse_is_reused_unless_the_operator_says_fresh() {
-    assert!(
-        minibox_instances(&[]).starts_with("reused (the provider declares them reusable)"),
-        "{}",
-        minibox_instances(&[])
-    );
-    assert!(
-        minibox_instances(&["--fresh-instances"])
-            .starts_with("fresh for every call (--fresh-instances)")
-    );
-    assert!(minibox_instances(&["--reuse-instances"]).starts_with("reused (--reuse-instances)"));
+    for (args, says) in [
+        (&[][..], "reused (the provider declares them reusable)"),
+        (
+            &["--fresh-instances"],
+            "fresh for every call (--fresh-instances)",
+        ),
+        (&["--reuse-instances"], "reused (--reuse-instances)"),
+    ] {
+        let instances = minibox_instances(args);
+        assert!(instances.starts_with(says), "{args:?}: {instances}");
+    }
 }
 
 #[test]

@@ -95,6 +95,22 @@ pub enum Reuse {
     Never,
 }
 
+impl Reuse {
+    /// Whether instances are reused for a provider that does (or does not)
+    /// declare them reusable, and why, in words for the log.
+    pub fn decide(self, declared: bool) -> (bool, &'static str) {
+        match (self, declared) {
+            (Reuse::Always, _) => (true, "reused (--reuse-instances)"),
+            (Reuse::Never, _) => (false, "fresh for every call (--fresh-instances)"),
+            (Reuse::Declared, true) => (true, "reused (the provider declares them reusable)"),
+            (Reuse::Declared, false) => (
+                false,
+                "fresh for every call (the provider does not declare them reusable)",
+            ),
+        }
+    }
+}
+
 /// Instances kept for reuse at most: enough for a client's calls in flight at
 /// a time to find one, few enough that what they hold stays small.
 const KEPT_MAX: usize = 16;
@@ -133,8 +149,8 @@ pub struct Runtime {
     kept: Option<std::sync::Mutex<Vec<Instance>>>,
     /// Whether the provider declares its instances reusable (`reusable()`).
     pub declares_reusable: bool,
-    /// Whether instances are reused here, and why (for the log).
-    pub reuse: (bool, &'static str),
+    /// The operator's choice of reuse (`Reuse::decide` with the declaration).
+    pub reuse: Reuse,
 }
 
 /// Links exactly what a provider may import: wasi:io, clocks, random (incl. insecure seeds), basic
@@ -222,15 +238,6 @@ impl Runtime {
                 .map_err(host_call_error)
                 .context("the provider's reusable() failed")?;
         drop(inst);
-        let reuse = match (opts.reuse, declared) {
-            (Reuse::Always, _) => (true, "reused (--reuse-instances)"),
-            (Reuse::Never, _) => (false, "fresh for every call (--fresh-instances)"),
-            (Reuse::Declared, true) => (true, "reused (the provider declares them reusable)"),
-            (Reuse::Declared, false) => (
-                false,
-                "fresh for every call (the provider does not declare them reusable)",
-            ),
-        };
         if !not_served.is_empty() {
             tracing::warn!(
                 contract = %contract.world(),
@@ -258,11 +265,13 @@ impl Runtime {
             needs,
             not_served,
             cache,
-            kept: reuse
+            kept: opts
+                .reuse
+                .decide(declared)
                 .0
                 .then(|| std::sync::Mutex::new(Vec::with_capacity(KEPT_MAX))),
             declares_reusable: declared,
-            reuse,
+            reuse: opts.reuse,
         })
     }
 
