@@ -204,10 +204,20 @@ async fn load(wasm: &Path, host: &HostArgs, env: &EnvSnapshot) -> Result<Arc<Run
 async fn load_bytes(bytes: Vec<u8>, host: &HostArgs) -> Result<Arc<Runtime>> {
     let options = config::load_options(host, bytes)?;
     let runtime = Runtime::load(options).await?;
-    let (cache, what) = match runtime.cache {
-        runtime::cache::CacheOutcome::Hit => ("hit", "loaded the compiled component"),
-        runtime::cache::CacheOutcome::Miss => ("miss", "compiled the component and stored it"),
-        runtime::cache::CacheOutcome::Disabled => ("off", "compiled the component"),
+    let (cache, what) = match (runtime.cache, runtime.answers_cached) {
+        (runtime::cache::CacheOutcome::Hit, true) => (
+            "hit",
+            "loaded the compiled component and the provider's answers",
+        ),
+        (runtime::cache::CacheOutcome::Hit, false) => (
+            "hit",
+            "loaded the compiled component, stored the provider's answers",
+        ),
+        (runtime::cache::CacheOutcome::Miss, _) => (
+            "miss",
+            "compiled the component and stored it with the provider's answers",
+        ),
+        (runtime::cache::CacheOutcome::Disabled, _) => ("off", "compiled the component"),
     };
     tracing::info!(
         provider = %runtime.info.id,

@@ -287,11 +287,26 @@ fn second_start_loads_the_compiled_component_from_the_cache() {
 
     let first = start_with_cache(&cache);
     assert!(first.contains("compile cache: miss"), "{first}");
+    // The compiled component and, beside it, the provider's static answers.
     let files = cached_files(&cache);
-    assert_eq!(files.len(), 1, "{files:?}");
-    assert!(files[0].extension().is_some_and(|e| e == "cwasm"));
-    let meta = std::fs::metadata(&files[0]).expect("cached file");
+    assert_eq!(files.len(), 2, "{files:?}");
+    let (answers, cwasm) = (&files[0], &files[1]);
+    assert!(cwasm.extension().is_some_and(|e| e == "cwasm"));
+    assert_eq!(answers, &cwasm.with_extension("answers.json"));
+    let meta = std::fs::metadata(cwasm).expect("cached file");
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    let stored: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(answers).expect("answers")).expect("JSON");
+    assert_eq!(stored["info"]["id"], "probe", "{stored}");
+    assert_eq!(stored["reusable"], false, "{stored}");
+    assert_eq!(
+        std::fs::metadata(answers)
+            .expect("answers")
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
     let dir_mode = std::fs::metadata(&cache)
         .expect("cache dir")
         .permissions()
@@ -299,14 +314,32 @@ fn second_start_loads_the_compiled_component_from_the_cache() {
     assert_eq!(dir_mode & 0o777, 0o700);
 
     let second = start_with_cache(&cache);
-    assert!(second.contains("compile cache: hit"), "{second}");
+    assert!(
+        second.contains(
+            "compile cache: hit, loaded the compiled component and the provider's answers"
+        ),
+        "{second}"
+    );
     // Loaded, not rewritten.
-    let again = std::fs::metadata(&files[0]).expect("cached file");
+    let again = std::fs::metadata(cwasm).expect("cached file");
     assert_eq!(
         (again.ino(), again.mtime_nsec()),
         (meta.ino(), meta.mtime_nsec())
     );
     assert_eq!(cached_files(&cache), files);
+
+    // Answers this host cannot read are asked again and stored anew.
+    std::fs::write(answers, b"{\"info\":").expect("damaging the answers");
+    let third = start_with_cache(&cache);
+    assert!(
+        third.contains(
+            "compile cache: hit, loaded the compiled component, stored the provider's answers"
+        ),
+        "{third}"
+    );
+    let stored_again: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(answers).expect("answers")).expect("JSON");
+    assert_eq!(stored_again, stored);
 
     // --no-cache compiles and leaves the cache alone.
     let mut host = HostBuilder::new()
@@ -323,9 +356,11 @@ fn a_corrupt_cache_entry_is_recompiled() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cache = dir.path().join("cache");
     assert!(start_with_cache(&cache).contains("compile cache: miss"));
-    let files = cached_files(&cache);
-    assert_eq!(files.len(), 1);
-    std::fs::write(&files[0], b"not a compiled component").expect("corrupting");
+    let cwasm = cached_files(&cache)
+        .into_iter()
+        .find(|f| f.extension().is_some_and(|e| e == "cwasm"))
+        .expect("the compiled component");
+    std::fs::write(&cwasm, b"not a compiled component").expect("corrupting");
 
     let log = start_with_cache(&cache);
     assert_eq!(

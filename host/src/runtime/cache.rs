@@ -5,7 +5,8 @@
 //! ignored with a warning), files are written atomically, and the file name is
 //! derived from the sha256 of the already-verified `.wasm` and the engine's
 //! compatibility hash. The `.wasm` is what is signed; the `.cwasm` is native
-//! code and is never accepted from anywhere else.
+//! code and is never accepted from anywhere else. Beside it, under the same
+//! name, the provider's static answers (`runtime::answers`).
 
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
@@ -63,21 +64,69 @@ fn trusted(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// A compiled component and where it came from.
+pub struct Compiled {
+    pub component: Component,
+    pub outcome: CacheOutcome,
+    /// Its `.cwasm` in the cache, when the cache is in use.
+    path: Option<PathBuf>,
+}
+
+impl Compiled {
+    /// The provider's static answers stored beside this `.cwasm`
+    /// ([`store_answers`](Self::store_answers)), on a cache hit only: a
+    /// component compiled now is asked again.
+    pub fn stored_answers(&self) -> Option<Vec<u8>> {
+        let path = self
+            .answers_path()
+            .filter(|_| self.outcome == CacheOutcome::Hit)?;
+        trusted(&path).ok()?;
+        std::fs::read(&path).ok()
+    }
+
+    /// Stores the provider's static answers beside the `.cwasm`; a failure
+    /// only costs the next start the question.
+    pub fn store_answers(&self, bytes: &[u8]) {
+        if let Some(path) = self.answers_path()
+            && let Err(e) = store(&path, bytes)
+        {
+            tracing::warn!(path = %path.display(), error = format!("{e:#}"), "could not write the compile cache");
+        }
+    }
+
+    fn answers_path(&self) -> Option<PathBuf> {
+        self.path.as_ref().map(|p| p.with_extension("answers.json"))
+    }
+}
+
 /// Compiles `wasm`, or loads it from `dir` when this host compiled it before.
-pub fn load(engine: &Engine, wasm: &[u8], dir: Option<&Path>) -> Result<(Component, CacheOutcome)> {
+pub fn load(engine: &Engine, wasm: &[u8], dir: Option<&Path>) -> Result<Compiled> {
+    let uncached = |outcome| {
+        Ok(Compiled {
+            component: Component::new(engine, wasm)?,
+            outcome,
+            path: None,
+        })
+    };
     let Some(dir) = dir else {
-        return Ok((Component::new(engine, wasm)?, CacheOutcome::Disabled));
+        return uncached(CacheOutcome::Disabled);
     };
     if let Err(e) = private_dir(dir) {
         tracing::warn!(dir = %dir.display(), error = format!("{e:#}"), "not using the compile cache");
-        return Ok((Component::new(engine, wasm)?, CacheOutcome::Disabled));
+        return uncached(CacheOutcome::Disabled);
     }
     let path = dir.join(cache_key(engine, wasm));
     if path.exists() && trusted(&path).is_ok() {
         // SAFETY: the file is in a private directory, owned by us and written by
         // `store` below for exactly this .wasm (by hash) and this engine.
         match unsafe { Component::deserialize_file(engine, &path) } {
-            Ok(component) => return Ok((component, CacheOutcome::Hit)),
+            Ok(component) => {
+                return Ok(Compiled {
+                    component,
+                    outcome: CacheOutcome::Hit,
+                    path: Some(path),
+                });
+            }
             Err(e) => tracing::warn!(
                 path = %path.display(),
                 error = format!("{e:#}"),
@@ -91,7 +140,11 @@ pub fn load(engine: &Engine, wasm: &[u8], dir: Option<&Path>) -> Result<(Compone
     }
     // SAFETY: these bytes were produced by this engine a moment ago.
     let component = unsafe { Component::deserialize(engine, &bytes)? };
-    Ok((component, CacheOutcome::Miss))
+    Ok(Compiled {
+        component,
+        outcome: CacheOutcome::Miss,
+        path: Some(path),
+    })
 }
 
 fn store(path: &Path, bytes: &[u8]) -> Result<()> {

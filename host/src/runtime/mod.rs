@@ -3,10 +3,11 @@
 //! Load order: read the .wasm, verify its signature (`signing`), then compile
 //! it or take it from the cache, link only the allowed imports and build the
 //! `InstancePre` once. One instance that may reach nothing and sees no
-//! environment answers `describe()` and `needs()`; from these the caller's
-//! grant function decides the network policy and the guest's environment
-//! (`config.rs`). Every request then gets a fresh `Store` and instance from the
-//! pooling allocator, sharing that grant. Until the first instance serves a
+//! environment answers `describe()`, `needs()` and `reusable()` (on a warm
+//! start the compile cache has the answers: `answers`); from these the
+//! caller's grant function decides the network policy and the guest's
+//! environment (`config.rs`). Every request then gets a `Store` and instance
+//! from the pooling allocator (or one a call gave back), sharing that grant. Until the first instance serves a
 //! request, an EPP client's `provider_options` may replace the grant
 //! ([`Runtime::reconfigure`]); from then on it is fixed.
 //!
@@ -15,6 +16,7 @@
 //! `abx:epp` 1.x are served the same way: they have no `needs()`, so the host
 //! makes their needs from `describe()` and what they export ([`older_needs`]).
 
+mod answers;
 pub mod cache;
 pub mod call;
 pub mod engine;
@@ -27,6 +29,7 @@ use crate::contract::bindings::{self, ProviderInfo};
 use crate::contract::table::{Answer, METHODS, Method};
 use crate::contract::{Contract, capabilities};
 use crate::net::policy::NetPolicy;
+use answers::Answers;
 use anyhow::{Context, Result, bail};
 use cache::CacheOutcome;
 pub use call::{CallError, Exports, Instance};
@@ -145,6 +148,9 @@ pub struct Runtime {
     /// (answered E8004).
     pub not_served: Vec<String>,
     pub cache: CacheOutcome,
+    /// Whether `describe()`, `needs()` and `reusable()` were answered by the
+    /// compile cache instead of an instance.
+    pub answers_cached: bool,
     /// Instances a plain call left, for the next one; none when reuse is off.
     kept: Option<std::sync::Mutex<Vec<Instance>>>,
     /// Whether the provider declares its instances reusable (`reusable()`).
@@ -200,8 +206,9 @@ impl Runtime {
     pub async fn load(opts: LoadOptions) -> Result<Runtime> {
         let contract = Contract::of(&opts.wasm)?;
         let engine = engine::build(&opts.limits, opts.instances)?;
-        let (component, cache) = cache::load(&engine, &opts.wasm, opts.cache_dir.as_deref())
+        let compiled = cache::load(&engine, &opts.wasm, opts.cache_dir.as_deref())
             .context("compiling the provider component")?;
+        let component = compiled.component.clone();
         let pre = linker(&engine)?
             .instantiate_pre(&component)
             .map_err(anyhow::Error::from)
@@ -212,32 +219,23 @@ impl Runtime {
                 )
             })?;
         let exports = Arc::new(Exports::of(&component, &contract.infra_export()));
-        // describe() and needs() must do no I/O: the instance that answers
-        // them may reach nothing and sees no environment.
-        let nothing = Arc::new(Shared::new(NetPolicy::deny_all(), Vec::new(), opts.limits));
-        let mut inst = instantiate(&engine, &pre, &exports, nothing).await?;
-        let info: ProviderInfo = inst
-            .call_bare("describe", ())
-            .await
-            .map_err(host_call_error)
-            .context("the provider's describe() failed")?;
-        let (info, needs, not_served) = if exports.has("needs") {
-            let needs: ProviderNeeds = inst
-                .call_bare("needs", ())
-                .await
-                .map_err(host_call_error)
-                .context("the provider's needs() failed")?;
-            (info, needs, Vec::new())
-        } else {
-            older_needs(info, &|function| exports.has(function))
+        let stored = compiled
+            .stored_answers()
+            .and_then(|bytes| Answers::from_json(&bytes));
+        let answers_cached = stored.is_some();
+        let answers = match stored {
+            Some(answers) => answers,
+            None => {
+                let answers = ask(&engine, &pre, &exports, opts.limits).await?;
+                compiled.store_answers(&answers.to_json());
+                answers
+            }
         };
-        let declared = exports.has("reusable")
-            && inst
-                .call_bare::<(), bool>("reusable", ())
-                .await
-                .map_err(host_call_error)
-                .context("the provider's reusable() failed")?;
-        drop(inst);
+        let declared = answers.reusable;
+        let (info, needs, not_served) = match answers.needs {
+            Some(needs) => (answers.info, needs, Vec::new()),
+            None => older_needs(answers.info, &|function| exports.has(function)),
+        };
         if !not_served.is_empty() {
             tracing::warn!(
                 contract = %contract.world(),
@@ -264,7 +262,8 @@ impl Runtime {
             info,
             needs,
             not_served,
-            cache,
+            cache: compiled.outcome,
+            answers_cached,
             kept: opts
                 .reuse
                 .decide(declared)
@@ -423,6 +422,44 @@ fn host_call_error(e: CallError) -> anyhow::Error {
 }
 
 /// A fresh store and instance, with the memory cap and CPU budget in place.
+/// Asks a provider its static answers in an instance that may reach nothing
+/// and sees no environment: `describe()` and `needs()` must do no I/O.
+async fn ask(
+    engine: &Engine,
+    pre: &InstancePre<StoreState>,
+    exports: &Arc<Exports>,
+    limits: Limits,
+) -> Result<Answers> {
+    let nothing = Arc::new(Shared::new(NetPolicy::deny_all(), Vec::new(), limits));
+    let mut inst = instantiate(engine, pre, exports, nothing).await?;
+    let info: ProviderInfo = inst
+        .call_bare("describe", ())
+        .await
+        .map_err(host_call_error)
+        .context("the provider's describe() failed")?;
+    let needs = if exports.has("needs") {
+        let needs: ProviderNeeds = inst
+            .call_bare("needs", ())
+            .await
+            .map_err(host_call_error)
+            .context("the provider's needs() failed")?;
+        Some(needs)
+    } else {
+        None
+    };
+    let reusable = exports.has("reusable")
+        && inst
+            .call_bare::<(), bool>("reusable", ())
+            .await
+            .map_err(host_call_error)
+            .context("the provider's reusable() failed")?;
+    Ok(Answers {
+        info,
+        needs,
+        reusable,
+    })
+}
+
 async fn instantiate(
     engine: &Engine,
     pre: &InstancePre<StoreState>,
