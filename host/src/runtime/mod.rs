@@ -7,9 +7,10 @@
 //! start the compile cache has the answers: `answers`); from these the
 //! caller's grant function decides the network policy and the guest's
 //! environment (`config.rs`). Every request then gets a `Store` and instance
-//! from the pooling allocator (or one a call gave back), sharing that grant. Until the first instance serves a
-//! request, an EPP client's `provider_options` may replace the grant
-//! ([`Runtime::reconfigure`]); from then on it is fixed.
+//! from the pooling allocator (or one a call gave back), sharing that grant.
+//! Until the first instance serves a request, an EPP client's
+//! `provider_options` may replace the grant ([`Runtime::reconfigure`]); from
+//! then on it is fixed.
 //!
 //! Every export is called by name through `call`, the one call layer, for
 //! every version of the contract. Components built against an older
@@ -421,9 +422,9 @@ fn host_call_error(e: CallError) -> anyhow::Error {
     }
 }
 
-/// A fresh store and instance, with the memory cap and CPU budget in place.
 /// Asks a provider its static answers in an instance that may reach nothing
-/// and sees no environment: `describe()` and `needs()` must do no I/O.
+/// and sees no environment: `describe()`, `needs()` and `reusable()` must do
+/// no I/O.
 async fn ask(
     engine: &Engine,
     pre: &InstancePre<StoreState>,
@@ -460,6 +461,7 @@ async fn ask(
     })
 }
 
+/// A fresh store and instance, with the memory cap and CPU budget in place.
 async fn instantiate(
     engine: &Engine,
     pre: &InstancePre<StoreState>,
