@@ -12,7 +12,8 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use wit_parser::{
-    Function, FunctionKind, Handle, IndexMap, Resolve, Type, TypeDefKind, TypeId, Variant,
+    Function, FunctionKind, Handle, IndexMap, Resolve, Type, TypeDefKind, TypeId, TypeOwner,
+    Variant,
 };
 
 #[allow(dead_code, reason = "the codec uses the rest of the naming rule")]
@@ -121,10 +122,12 @@ enum Answer {
     Reader {
         read: String,
         size: Option<String>,
+        read_into: Option<String>,
     },
     Writer {
         write: String,
         finish: String,
+        write_from: Option<String>,
     },
 }
 
@@ -470,11 +473,23 @@ fn render_stream(stream: Option<&Stream>) -> String {
                         "Answer::Events {{ next: {next:?}, batched: {batched}, tuple: {tuple}, items: {items} }}"
                     )
                 }
-                Answer::Reader { read, size } => {
-                    format!("Answer::Reader {{ read: {read:?}, size: {size:?} }}")
+                Answer::Reader {
+                    read,
+                    size,
+                    read_into,
+                } => {
+                    format!(
+                        "Answer::Reader {{ read: {read:?}, size: {size:?}, read_into: {read_into:?} }}"
+                    )
                 }
-                Answer::Writer { write, finish } => {
-                    format!("Answer::Writer {{ write: {write:?}, finish: {finish:?} }}")
+                Answer::Writer {
+                    write,
+                    finish,
+                    write_from,
+                } => {
+                    format!(
+                        "Answer::Writer {{ write: {write:?}, finish: {finish:?}, write_from: {write_from:?} }}"
+                    )
                 }
             };
             format!(
@@ -942,7 +957,19 @@ fn answer(cx: &Ctx, func: &Function, s: &Stream) -> Result<Answer, String> {
     if let Some((read, f)) = method("read") {
         check_read(cx, f).map_err(|e| format!("`{read}`: {e}"))?;
         let size = method("size").map(|(name, _)| name);
-        return Ok(Answer::Reader { read, size });
+        let read_into = match method("read-into") {
+            Some((name, f)) => {
+                check_stream_method(cx, f, "output-stream", true)
+                    .map_err(|e| format!("`{name}`: {e}"))?;
+                Some(name)
+            }
+            None => None,
+        };
+        return Ok(Answer::Reader {
+            read,
+            size,
+            read_into,
+        });
     }
     if let (Some((write, wf)), Some((finish, ff))) = (method("write"), method("finish")) {
         check_write(cx, wf).map_err(|e| format!("`{write}`: {e}"))?;
@@ -950,7 +977,19 @@ fn answer(cx: &Ctx, func: &Function, s: &Stream) -> Result<Answer, String> {
         if ok.is_some_and(|t| handle(cx.resolve, t).is_some()) {
             return Err(format!("`{finish}` must answer a value, not a resource"));
         }
-        return Ok(Answer::Writer { write, finish });
+        let write_from = match method("write-from") {
+            Some((name, f)) => {
+                check_stream_method(cx, f, "input-stream", false)
+                    .map_err(|e| format!("`{name}`: {e}"))?;
+                Some(name)
+            }
+            None => None,
+        };
+        return Ok(Answer::Writer {
+            write,
+            finish,
+            write_from,
+        });
     }
     Err(format!(
         "resource `{rname}` is neither an event stream (`next`), a reader (`read`) nor a \
@@ -1002,6 +1041,52 @@ fn check_write(cx: &Ctx, f: &Function) -> Result<(), String> {
     let chunk = f.params.get(1).map(|p| is_bytes(cx.resolve, p.ty));
     if f.params.len() != 2 || chunk != Some(true) || check_result(cx, f)?.is_some() {
         return Err("it must be func(chunk: list<u8>) -> result<_, epp-error>".into());
+    }
+    Ok(())
+}
+
+/// A reader's `read-into` (`answers`: `option<u64>`) or a writer's
+/// `write-from` (`_`): `func(STREAM: borrow<wasi:io/streams.STREAM>, N: u64)
+/// -> result<…, epp-error>`.
+fn check_stream_method(cx: &Ctx, f: &Function, stream: &str, answers: bool) -> Result<(), String> {
+    let borrowed = f.params.get(1).is_some_and(|p| {
+        let Type::Id(id) = dealias(cx.resolve, p.ty) else {
+            return false;
+        };
+        let TypeDefKind::Handle(Handle::Borrow(r)) = cx.resolve.types[id].kind else {
+            return false;
+        };
+        // The resource as `wasi:io/streams` defines it, not as `use` aliased it.
+        let Type::Id(r) = dealias(cx.resolve, Type::Id(r)) else {
+            return false;
+        };
+        let r = &cx.resolve.types[r];
+        let interface = match r.owner {
+            TypeOwner::Interface(i) => Some(&cx.resolve.interfaces[i]),
+            _ => None,
+        };
+        let package = interface
+            .and_then(|i| i.package)
+            .map(|p| &cx.resolve.packages[p].name);
+        r.name.as_deref() == Some(stream)
+            && interface.and_then(|i| i.name.as_deref()) == Some("streams")
+            && package.is_some_and(|p| p.namespace == "wasi" && p.name == "io")
+    });
+    let len = f.params.get(2).map(|p| dealias(cx.resolve, p.ty));
+    let ok = check_result(cx, f)?;
+    let ok_fits = match ok {
+        None => !answers,
+        Some(t) => {
+            answers
+                && matches!(kind(cx.resolve, t),
+                    Some(TypeDefKind::Option(inner)) if dealias(cx.resolve, *inner) == Type::U64)
+        }
+    };
+    if f.params.len() != 3 || !borrowed || len != Some(Type::U64) || !ok_fits {
+        let answer = if answers { "option<u64>" } else { "_" };
+        return Err(format!(
+            "it must be func(_: borrow<wasi:io/streams.{stream}>, _: u64) -> result<{answer}, epp-error>"
+        ));
     }
     Ok(())
 }

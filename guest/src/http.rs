@@ -247,11 +247,34 @@ pub struct Upload {
 
 impl Upload {
     /// Writes all of `data`, waiting when the host's buffer is full.
-    pub fn write(&mut self, mut data: &[u8]) -> Result<(), Transport> {
-        while !data.is_empty() {
+    pub fn write(&mut self, data: &[u8]) -> Result<(), Transport> {
+        let mut at = 0;
+        self.pump(data.len() as u64, |stream, n| {
+            stream.write(&data[at..][..n as usize])?;
+            at += n as usize;
+            Ok(n)
+        })
+    }
+
+    /// Moves exactly `len` bytes from `source` into the body with `splice`
+    /// (the host moves them; they never enter this component's memory),
+    /// waiting when the host's buffer is full.
+    pub fn splice_from(&mut self, source: &InputStream, len: u64) -> Result<(), Transport> {
+        self.pump(len, |stream, n| stream.splice(source, n))
+    }
+
+    /// Puts `len` bytes into the body, `put` moving up to the given number at
+    /// a time and answering how many it moved (0: its source ran dry, which
+    /// only the host's source of a `splice` can).
+    fn pump(
+        &mut self,
+        mut len: u64,
+        mut put: impl FnMut(&OutputStream, u64) -> Result<u64, StreamError>,
+    ) -> Result<(), Transport> {
+        while len > 0 {
             let stream = self.stream.as_ref().expect("upload already finished");
             let permit = match stream.check_write() {
-                Ok(n) => n as usize,
+                Ok(n) => n,
                 Err(e) => return Err(self.write_failed(e)),
             };
             if permit == 0 {
@@ -261,11 +284,15 @@ impl Upload {
                 self.stream.as_ref().expect("open").subscribe().block();
                 continue;
             }
-            let n = permit.min(data.len());
-            if let Err(e) = self.stream.as_ref().expect("open").write(&data[..n]) {
-                return Err(self.write_failed(e));
+            match put(self.stream.as_ref().expect("open"), permit.min(len)) {
+                Ok(0) => {
+                    return Err(Transport::Broken(format!(
+                        "the host's source ended {len} bytes before the end it announced"
+                    )));
+                }
+                Ok(n) => len -= n,
+                Err(e) => return Err(self.write_failed(e)),
             }
-            data = &data[n..];
         }
         Ok(())
     }
@@ -423,12 +450,37 @@ pub struct BodyReader {
 impl BodyReader {
     /// Up to `max` bytes, waiting for at least one; none at the end.
     pub fn read(&mut self, max: usize) -> Result<Option<Vec<u8>>, Transport> {
+        self.step(|stream| stream.blocking_read(max as u64))
+    }
+
+    /// Moves up to `max` bytes into `sink` with `splice` (the host moves them;
+    /// they never enter this component's memory): waits for at least one, then
+    /// takes what else has already arrived. Answers how many; none at the end.
+    pub fn splice_into(&mut self, sink: &OutputStream, max: u64) -> Result<Option<u64>, Transport> {
+        let Some(mut moved) = self.step(|stream| sink.blocking_splice(stream, max))? else {
+            return Ok(None);
+        };
+        while moved < max {
+            match self.step(|stream| sink.splice(stream, max - moved))? {
+                Some(0) | None => break,
+                Some(n) => moved += n,
+            }
+        }
+        Ok(Some(moved))
+    }
+
+    /// One operation on the body's stream: its answer, none once the body
+    /// ended (then and after), or what broke it.
+    fn step<T>(
+        &mut self,
+        op: impl FnOnce(&InputStream) -> Result<T, StreamError>,
+    ) -> Result<Option<T>, Transport> {
         if self.done {
             return Ok(None);
         }
         let stream = self.stream.as_ref().expect("stream present until done");
-        match stream.blocking_read(max as u64) {
-            Ok(bytes) => Ok(Some(bytes)),
+        match op(stream) {
+            Ok(answer) => Ok(Some(answer)),
             Err(StreamError::Closed) => {
                 self.done = true;
                 self.stream = None;

@@ -50,6 +50,7 @@ use bindings::exports::abx::epp::infra::{
 };
 use event_stream::Source;
 use std::cell::RefCell;
+use wasip2::io::streams::{InputStream, OutputStream};
 
 /// Capabilities in EPP/1 order and whether this provider implements them.
 pub const CAPABILITIES: &[(&str, Capabilities, bool)] = &[
@@ -458,11 +459,17 @@ impl infra::GuestFileReader for files::FileReader {
     fn read(&self, max: u32) -> R<Option<Vec<u8>>> {
         wit(files::FileReader::read(self, max))
     }
+    fn read_into(&self, sink: &OutputStream, max: u64) -> R<Option<u64>> {
+        wit(files::FileReader::read_into(self, sink, max))
+    }
 }
 
 impl infra::GuestFileWriter for files::FileWriter {
     fn write(&self, chunk: Vec<u8>) -> R<()> {
         wit(files::FileWriter::write(self, chunk))
+    }
+    fn write_from(&self, source: &InputStream, len: u64) -> R<()> {
+        wit(files::FileWriter::write_from(self, source, len))
     }
     fn finish(&self) -> R<FileInfo> {
         wit(files::FileWriter::finish(self))

@@ -153,6 +153,35 @@ fn a_reader_that_lies_about_its_size_is_still_capped() {
 }
 
 #[test]
+fn a_reader_that_overfills_the_hosts_sink_is_refused() {
+    let mut host = HostBuilder::new().spawn();
+    // `read-into` writes one byte more than the `max` it was given: the sink
+    // refuses the write (the host's memory per call stays at `max`) and the
+    // provider's error says so, for the collected and the streamed read alike.
+    let resp = host.call("files.read", json!({"sandbox_id": "s", "path": "overfill"}));
+    let (code, epp, message) = error(&resp);
+    assert_eq!((code, epp.as_str()), (-32000, "E5001"), "{resp}");
+    assert!(
+        message.contains("sink is full") && message.contains("at most `max` bytes"),
+        "{message}"
+    );
+    let read = host.request(
+        "files.read",
+        json!({"sandbox_id": "s", "path": "overfill", "stream": true, "encoding": "base64"}),
+    );
+    let seen = host.collect_until("the streamed read's answer", |m| {
+        is_response(m) && m["id"] == read
+    });
+    assert!(
+        !seen.iter().any(|m| m["method"] == "files.data"),
+        "bytes of a refused read were forwarded: {seen:?}"
+    );
+    let (_, epp, message) = error(seen.last().expect("answer"));
+    assert_eq!(epp, "E5001", "{message}");
+    still_serving(&mut host);
+}
+
+#[test]
 fn flooding_the_memo_costs_the_host_little_memory() {
     let mut host = HostBuilder::new().spawn();
     still_serving(&mut host);

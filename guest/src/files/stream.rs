@@ -6,8 +6,9 @@ use super::{TRANSFER, check_path, info_of, missing};
 use crate::bindings::exports::abx::epp::infra::{ByteRange, FileInfo};
 use crate::error::{self, Result, invalid};
 use crate::execd::Execd;
-use crate::http::{BodyReader, Upload, encode};
+use crate::http::{BodyReader, Transport, Upload, encode};
 use std::cell::RefCell;
+use wasip2::io::streams::{InputStream, OutputStream};
 
 pub struct FileReader {
     inner: RefCell<Option<BodyReader>>,
@@ -21,12 +22,26 @@ impl FileReader {
     }
 
     pub fn read(&self, max: u32) -> Result<Option<Vec<u8>>> {
+        self.next(|body| body.read(max.clamp(1, 4 << 20) as usize))
+    }
+
+    /// The next bytes moved into the host's `sink`, not through this memory.
+    pub fn read_into(&self, sink: &OutputStream, max: u64) -> Result<Option<u64>> {
+        self.next(|body| body.splice_into(sink, max.clamp(1, 4 << 20)))
+    }
+
+    /// One step of the download: its answer, none at the end (the body let
+    /// go), or what broke it.
+    fn next<T>(
+        &self,
+        step: impl FnOnce(&mut BodyReader) -> std::result::Result<Option<T>, Transport>,
+    ) -> Result<Option<T>> {
         let mut inner = self.inner.borrow_mut();
         let Some(body) = inner.as_mut() else {
             return Ok(None);
         };
-        match body.read(max.clamp(1, 4 << 20) as usize) {
-            Ok(Some(chunk)) => Ok(Some(chunk)),
+        match step(body) {
+            Ok(Some(answer)) => Ok(Some(answer)),
             Ok(None) => {
                 *inner = None;
                 Ok(None)
@@ -128,19 +143,34 @@ pub fn write(
 
 impl FileWriter {
     pub fn write(&self, chunk: Vec<u8>) -> Result<()> {
+        self.put(chunk.len() as u64, |upload| upload.write(&chunk))
+    }
+
+    /// `len` bytes the host holds in `source`, moved into the upload without
+    /// passing through this memory.
+    pub fn write_from(&self, source: &InputStream, len: u64) -> Result<()> {
+        self.put(len, |upload| upload.splice_from(source, len))
+    }
+
+    /// Adds `len` bytes to the upload (`put` does it), within the size announced.
+    fn put(
+        &self,
+        len: u64,
+        put: impl FnOnce(&mut Upload) -> std::result::Result<(), Transport>,
+    ) -> Result<()> {
         let mut inner = self.inner.borrow_mut();
         let Some(state) = inner.as_mut() else {
             return Err(invalid("this writer is already finished or failed"));
         };
-        if chunk.len() as u64 > state.remaining {
+        if len > state.remaining {
             // Abandon: dropping the upload unfinished leaves the old file in place.
             *inner = None;
             return Err(invalid(
                 "more bytes were written than the size announced to files-write",
             ));
         }
-        state.remaining -= chunk.len() as u64;
-        if let Err(t) = state.upload.write(&chunk) {
+        state.remaining -= len;
+        if let Err(t) = put(&mut state.upload) {
             let target = state.execd.target().to_string();
             *inner = None;
             return Err(error::transport(t, &target));

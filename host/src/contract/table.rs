@@ -112,15 +112,19 @@ pub enum Answer {
         tuple: bool,
         items: Items,
     },
-    /// A resource whose `read` yields chunks of bytes (and `size` says how many).
+    /// A resource whose `read` yields chunks of bytes (and `size` says how many);
+    /// `read_into`, when the contract has it, moves them into a host sink instead.
     Reader {
         read: &'static str,
         size: Option<&'static str>,
+        read_into: Option<&'static str>,
     },
-    /// A resource that takes bytes (`write`) and answers a value (`finish`).
+    /// A resource that takes bytes (`write`) and answers a value (`finish`);
+    /// `write_from`, when the contract has it, takes them from a host source instead.
     Writer {
         write: &'static str,
         finish: &'static str,
+        write_from: Option<&'static str>,
     },
 }
 

@@ -11,10 +11,12 @@
 use super::context::CallCtx;
 use super::errors::RpcError;
 use super::invoke::call_with;
+use super::outbox::tail_len;
 use crate::codec::decode;
 use crate::contract::table::{Method, StreamTags, Via};
 use crate::runtime::Instance;
 use base64::Engine as _;
+use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use wasmtime::component::{ResourceAny, Val};
@@ -112,8 +114,14 @@ struct ReadParams {
     length: Option<u64>,
 }
 
-/// A reader's functions: `read`, and `size` when it has one.
-pub type ReaderFns = (&'static str, Option<&'static str>);
+/// A reader's functions: `read`, `size` when it has one, and `read-into`
+/// when the contract has it (used instead of `read` when the component
+/// exports it).
+pub struct ReaderFns {
+    pub read: &'static str,
+    pub size: Option<&'static str>,
+    pub read_into: Option<&'static str>,
+}
 
 /// Reads a file: collected into one answer `{content, encoding, size}`, or,
 /// with `stream: true`, sent as notifications (the method's `note=`)
@@ -153,7 +161,8 @@ pub async fn read(
     let (mut inst, reader) = open(ctx, method, function, args).await?;
     let reading = Reading {
         method,
-        read: fns.0,
+        read: fns.read,
+        read_into: fns.read_into.filter(|f| ctx.runtime.exports(f)),
         path: &p.path,
         start: p.offset.unwrap_or(0),
     };
@@ -168,7 +177,7 @@ pub async fn read(
             })
         }
         _ => {
-            let bytes = reading.drain(ctx, &mut inst, reader, fns.1).await;
+            let bytes = reading.drain(ctx, &mut inst, reader, fns.size).await;
             bytes.and_then(|bytes| reading.answer(bytes, p.encoding))
         }
     };
@@ -180,24 +189,33 @@ pub async fn read(
 struct Reading<'a> {
     method: &'a Method,
     read: &'static str,
+    /// The reader's `read-into`, which the component exports.
+    read_into: Option<&'static str>,
     path: &'a str,
     /// The file offset of the first byte.
     start: u64,
 }
 
 impl Reading<'_> {
-    /// The next non-empty chunk, or none at the end.
+    /// The next non-empty chunk, in the pieces it came in, or none at the end.
     async fn chunk(
         &self,
         inst: &mut Instance,
         reader: ResourceAny,
-    ) -> Result<Option<Vec<u8>>, RpcError> {
+    ) -> Result<Option<Vec<Bytes>>, RpcError> {
         let mut empty = 0;
         loop {
-            let chunk: Option<Vec<u8>> = inst.call_typed(self.read, (reader, CHUNK as u32)).await?;
+            let chunk = match self.read_into {
+                Some(read_into) => inst.read_into(read_into, reader, CHUNK).await?,
+                None => {
+                    let chunk: Option<Vec<u8>> =
+                        inst.call_typed(self.read, (reader, CHUNK as u32)).await?;
+                    chunk.map(|c| vec![Bytes::from(c)])
+                }
+            };
             match chunk {
                 None => return Ok(None),
-                Some(chunk) if !chunk.is_empty() => return Ok(Some(chunk)),
+                Some(chunk) if tail_len(&chunk) > 0 => return Ok(Some(chunk)),
                 // Neither data nor the end: tolerated a little, never forever.
                 Some(_) => {
                     empty += 1;
@@ -231,10 +249,12 @@ impl Reading<'_> {
         }
         let mut bytes = Vec::with_capacity(size.unwrap_or(0).min(cap as u64) as usize);
         while let Some(chunk) = self.chunk(inst, reader).await? {
-            if bytes.len() + chunk.len() > cap {
+            if bytes.len() + tail_len(&chunk) > cap {
                 return Err(self.too_big(cap, size));
             }
-            bytes.extend_from_slice(&chunk);
+            for piece in chunk {
+                bytes.extend_from_slice(&piece);
+            }
         }
         Ok(bytes)
     }
@@ -273,10 +293,11 @@ impl Reading<'_> {
             if encoding == Encoding::Binary {
                 let mut params = Map::with_capacity(3);
                 params.insert("offset".into(), (self.start + sent).into());
-                sent += chunk.len() as u64;
+                sent += tail_len(&chunk) as u64;
                 ctx.notify_framed(note, params, chunk).await;
                 continue;
             }
+            let chunk = joined(chunk);
             let (content, len) = match encoding {
                 Encoding::Base64 => (
                     base64::engine::general_purpose::STANDARD.encode(&chunk),
@@ -335,6 +356,14 @@ impl Reading<'_> {
     }
 }
 
+/// A chunk's pieces as one buffer (no copy when it came in one piece).
+fn joined(mut pieces: Vec<Bytes>) -> Vec<u8> {
+    match pieces.len() {
+        1 => pieces.pop().map(Vec::from).unwrap_or_default(),
+        _ => pieces.concat(),
+    }
+}
+
 /// The longest valid UTF-8 text at the front of `bytes` and the bytes of an
 /// unfinished character after it, or the offset of the first invalid byte.
 fn utf8_prefix(mut bytes: Vec<u8>) -> Result<(String, Vec<u8>), usize> {
@@ -356,6 +385,36 @@ pub struct Writer {
     pub function: &'static str,
     pub write: &'static str,
     pub finish: &'static str,
+    /// Its `write-from`, when the contract has it (used instead of `write`
+    /// when the component exports it).
+    pub write_from: Option<&'static str>,
+}
+
+impl Writer {
+    /// Writes `bytes` to the writer `w` in chunks of at most `CHUNK`: by
+    /// `write-from` when the component exports it, else by `write`.
+    async fn put(
+        &self,
+        ctx: &CallCtx,
+        inst: &mut Instance,
+        w: ResourceAny,
+        bytes: Bytes,
+    ) -> Result<(), RpcError> {
+        let write_from = self.write_from.filter(|f| ctx.runtime.exports(f));
+        let mut at = 0;
+        while at < bytes.len() {
+            let piece = bytes.slice(at..bytes.len().min(at + CHUNK));
+            at += piece.len();
+            match write_from {
+                Some(write_from) => inst.write_from(write_from, w, piece).await?,
+                None => {
+                    inst.call_typed::<_, ()>(self.write, (w, &piece[..]))
+                        .await?
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `files.write`-shaped params: one file (`path`, `content`), its content in
@@ -513,9 +572,7 @@ pub async fn write(
             put_owner(&mut head, owner, group);
             let (mut inst, w) = open(ctx, method, writer.function, head).await?;
             let result = async {
-                for chunk in bytes.chunks(CHUNK) {
-                    inst.call_typed::<_, ()>(writer.write, (w, chunk)).await?;
-                }
+                writer.put(ctx, &mut inst, w, bytes.into()).await?;
                 finish(ctx, method, &mut inst, &writer, w).await
             }
             .await;
@@ -654,10 +711,9 @@ async fn streamed(
                  changed"
             )));
         }
-        for piece in bytes.chunks(CHUNK) {
-            inst.call_typed::<_, ()>(writer.write, (w, piece)).await?;
-        }
-        written += bytes.len() as u64;
+        let len = bytes.len() as u64;
+        writer.put(ctx, inst, w, bytes.into()).await?;
+        written += len;
     }
     Ok(())
 }
@@ -695,10 +751,8 @@ async fn write_many(
     params.insert("files".into(), Value::Array(heads));
     let (mut inst, w) = open(ctx, method, writer.function, params).await?;
     let result = async {
-        for bytes in &contents {
-            for chunk in bytes.chunks(CHUNK) {
-                inst.call_typed::<_, ()>(writer.write, (w, chunk)).await?;
-            }
+        for bytes in contents {
+            writer.put(ctx, &mut inst, w, bytes.into()).await?;
         }
         finish(ctx, method, &mut inst, writer, w).await
     }

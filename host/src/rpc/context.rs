@@ -8,6 +8,7 @@ use super::outbox::Outbox;
 use crate::codec::Codec;
 use crate::runtime::state::{CallState, Tokens};
 use crate::runtime::{Instance, Runtime};
+use bytes::Bytes;
 use serde_json::{Map, Value};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -137,10 +138,10 @@ impl CallCtx {
         &self,
         method: &str,
         mut params: Map<String, Value>,
-        tail: Vec<u8>,
+        tail: Vec<Bytes>,
     ) -> bool {
         params.insert("request_id".into(), self.id.clone());
-        params.insert("bytes".into(), tail.len().into());
+        params.insert("bytes".into(), super::outbox::tail_len(&tail).into());
         self.out
             .notify_framed(method, Value::Object(params), tail)
             .await

@@ -4,6 +4,7 @@
 //! (`Outbox::notes`).
 
 use super::errors::RpcError;
+use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use std::io::Write;
 use std::sync::Arc;
@@ -46,18 +47,24 @@ pub struct Note {
     pub params: Value,
 }
 
-/// A line, the raw bytes of a binary frame after it (empty for a plain
-/// line), and their share of `QUEUE_BYTES`, given back once written.
+/// A line, the raw bytes of a binary frame after it in pieces as they came
+/// (none for a plain line), and their share of `QUEUE_BYTES`, given back
+/// once written.
 struct Queued {
     line: Vec<u8>,
-    tail: Vec<u8>,
+    tail: Vec<Bytes>,
     permit: OwnedSemaphorePermit,
 }
 
 impl Queued {
     fn len(&self) -> usize {
-        self.line.len() + self.tail.len()
+        self.line.len() + tail_len(&self.tail)
     }
+}
+
+/// The bytes of a frame's pieces.
+pub fn tail_len(tail: &[Bytes]) -> usize {
+    tail.iter().map(Bytes::len).sum()
 }
 
 impl Outbox {
@@ -98,7 +105,9 @@ impl Outbox {
                     out.write_all(&buf)?;
                     if let Some((line, tail)) = &big {
                         out.write_all(line)?;
-                        out.write_all(tail)?;
+                        for piece in tail {
+                            out.write_all(piece)?;
+                        }
                     }
                     out.flush()
                 };
@@ -142,14 +151,14 @@ impl Outbox {
         (Outbox { to: To::Notes(tx) }, rx)
     }
 
-    async fn send(&self, message: Value, tail: Vec<u8>) {
+    async fn send(&self, message: Value, tail: Vec<Bytes>) {
         let To::Wire { tx, budget } = &self.to else {
             return;
         };
         // to_vec, not to_string: no fmt::Write detour, no copy per line.
         let mut line = serde_json::to_vec(&message).expect("a JSON value always serialises");
         line.push(b'\n');
-        let share = (line.len() + tail.len()).min(QUEUE_BYTES) as u32;
+        let share = (line.len() + tail_len(&tail)).min(QUEUE_BYTES) as u32;
         let Ok(permit) = budget.clone().acquire_many_owned(share).await else {
             return; // never closed
         };
@@ -163,7 +172,7 @@ impl Outbox {
 
     /// A notification followed by `tail` as raw bytes (a binary frame); false,
     /// with nothing sent, when this outbox is not the wire.
-    pub async fn notify_framed(&self, method: &str, params: Value, tail: Vec<u8>) -> bool {
+    pub async fn notify_framed(&self, method: &str, params: Value, tail: Vec<Bytes>) -> bool {
         if !self.on_wire() {
             return false;
         }

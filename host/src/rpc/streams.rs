@@ -77,23 +77,28 @@ pub async fn serve(
             }
             invoke::plain(ctx, method, callee.function, params, &taken).await
         }
-        Answer::Reader { read, size } => {
-            bytes::read(
-                ctx,
-                method,
-                tags,
-                callee.function,
-                (read, *size),
-                params,
-                forward,
-            )
-            .await
+        Answer::Reader {
+            read,
+            size,
+            read_into,
+        } => {
+            let fns = bytes::ReaderFns {
+                read,
+                size: *size,
+                read_into: *read_into,
+            };
+            bytes::read(ctx, method, tags, callee.function, fns, params, forward).await
         }
-        Answer::Writer { write, finish } => {
+        Answer::Writer {
+            write,
+            finish,
+            write_from,
+        } => {
             let writer = bytes::Writer {
                 function: callee.function,
                 write,
                 finish,
+                write_from: *write_from,
             };
             bytes::write(ctx, method, tags, writer, params, forward).await
         }

@@ -18,6 +18,7 @@
 //! makes their needs from `describe()` and what they export ([`older_needs`]).
 
 mod answers;
+mod byte_streams;
 pub mod cache;
 pub mod call;
 pub mod engine;

@@ -133,6 +133,11 @@ impl StoreState {
         }
     }
 
+    /// The store's resources, for host streams lent to the provider for a call.
+    pub fn table(&mut self) -> &mut ResourceTable {
+        &mut self.table
+    }
+
     /// Whether the guest holds no host resource (stream, request, pollable…).
     /// `request-options` do not count, up to a bound: a guest hands them to
     /// `outgoing-handler.handle`, which owns them, but wasmtime-wasi-http 48

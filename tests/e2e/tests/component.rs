@@ -74,10 +74,10 @@ fn imports_only_http_io_clocks_random_cli_basics_and_epp() {
         "wasi:cli/stdout@",
         "wasi:cli/stderr@",
         "wasi:cli/terminal-",
-        "abx:epp/types@1.2.0",
-        "abx:epp/websocket@1.2.0",
-        "abx:epp/memo@1.2.0",
-        "abx:epp/request@1.2.0",
+        "abx:epp/types@1.3.0",
+        "abx:epp/websocket@1.3.0",
+        "abx:epp/memo@1.3.0",
+        "abx:epp/request@1.3.0",
     ];
     for import in &imports {
         assert!(
@@ -87,8 +87,8 @@ fn imports_only_http_io_clocks_random_cli_basics_and_epp() {
     }
     for needed in [
         "wasi:http/outgoing-handler@0.2.12",
-        "abx:epp/websocket@1.2.0",
-        "abx:epp/request@1.2.0",
+        "abx:epp/websocket@1.3.0",
+        "abx:epp/request@1.3.0",
     ] {
         assert!(
             imports.contains(&needed),
@@ -105,10 +105,10 @@ fn imports_only_http_io_clocks_random_cli_basics_and_epp() {
 #[test]
 fn exports_the_provider_world_and_is_signed() {
     let report = inspect();
-    assert_eq!(report["world"], "abx:epp/provider@1.2.0");
+    assert_eq!(report["world"], "abx:epp/provider@1.3.0");
     assert_eq!(
         report["exports"],
-        serde_json::json!(["abx:epp/infra@1.2.0"])
+        serde_json::json!(["abx:epp/infra@1.3.0"])
     );
     assert_eq!(
         report["signature"]["trusted"], true,

@@ -97,7 +97,7 @@ fn manifest_describes_the_signed_component() {
     assert_eq!(m["id"], "opensandbox");
     assert_eq!(m["kind"], "wasm-component");
     assert_eq!(m["protocol"], "EPP/1");
-    assert_eq!(m["wit_world"], "abx:epp/provider@1.2.0");
+    assert_eq!(m["wit_world"], "abx:epp/provider@1.3.0");
     assert_eq!(m["file"], "opensandbox.wasm");
     let size = std::fs::metadata(release.wasm()).unwrap().len();
     assert_eq!(m["size"], size);

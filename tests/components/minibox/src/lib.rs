@@ -49,6 +49,7 @@ use wasip2::http::outgoing_handler;
 use wasip2::http::types::{
     ErrorCode as HttpError, Fields, HeaderError, Method, OutgoingBody, OutgoingRequest, Scheme,
 };
+use wasip2::io::streams::{InputStream, OutputStream};
 
 /// The secret header; the host owns it, the guest must not be able to set it.
 const TOKEN_HEADER: &str = "x-minibox-token";
@@ -383,10 +384,16 @@ impl infra::GuestFileReader for Never {
     fn read(&self, _: u32) -> R<Option<Vec<u8>>> {
         match *self {}
     }
+    fn read_into(&self, _: &OutputStream, _: u64) -> R<Option<u64>> {
+        match *self {}
+    }
 }
 
 impl infra::GuestFileWriter for Never {
     fn write(&self, _: Vec<u8>) -> R<()> {
+        match *self {}
+    }
+    fn write_from(&self, _: &InputStream, _: u64) -> R<()> {
         match *self {}
     }
     fn finish(&self) -> R<FileInfo> {

@@ -78,6 +78,7 @@ use wasip2::http::outgoing_handler;
 use wasip2::http::types::{
     ErrorCode as HttpError, Fields, HeaderError, Method, OutgoingRequest, Scheme,
 };
+use wasip2::io::streams::{InputStream, OutputStream, StreamError};
 
 /// Every capability, by wire name and flag: the probe claims them all.
 const CAPABILITIES: [(&str, Capabilities); 18] = [
@@ -498,6 +499,7 @@ pub struct FileReader {
     total: u64,
     claimed: Option<u64>,
     empty: bool,
+    overfill: bool,
     offset: Cell<u64>,
 }
 
@@ -519,6 +521,28 @@ impl infra::GuestFileReader for FileReader {
         self.offset.set(offset + n);
         Ok(Some(vec![byte; n as usize]))
     }
+
+    fn read_into(&self, sink: &OutputStream, max: u64) -> R<Option<u64>> {
+        let refused = |e: StreamError| {
+            let what = match e {
+                StreamError::LastOperationFailed(e) => e.to_debug_string(),
+                StreamError::Closed => "closed".into(),
+            };
+            error(ErrorCode::Upstream, format!("the sink refused: {what}"))
+        };
+        if self.overfill {
+            sink.write(&vec![b'x'; max as usize + 1]).map_err(refused)?;
+            return Ok(Some(max + 1));
+        }
+        let Some(bytes) = self.read(max.min(u64::from(u32::MAX)) as u32)? else {
+            return Ok(None);
+        };
+        if !bytes.is_empty() {
+            sink.check_write().map_err(refused)?;
+            sink.write(&bytes).map_err(refused)?;
+        }
+        Ok(Some(bytes.len() as u64))
+    }
 }
 
 /// Never made: the probe has no terminals.
@@ -536,6 +560,10 @@ pub struct FileWriter;
 impl infra::GuestFileWriter for FileWriter {
     fn write(&self, _: Vec<u8>) -> R<()> {
         Err(unsupported("file-writer.write"))
+    }
+
+    fn write_from(&self, _: &InputStream, _: u64) -> R<()> {
+        Err(unsupported("file-writer.write-from"))
     }
 
     fn finish(&self) -> R<FileInfo> {
@@ -705,11 +733,11 @@ impl Guest for Probe {
             [kind @ ("chunks" | "liar"), count, size] => {
                 (kind, number("count", count)?, number("size", size)?.max(1))
             }
-            ["empty-chunks"] => ("empty-chunks", 0, 1),
+            [kind @ ("empty-chunks" | "overfill")] => (kind, 0, 1),
             _ => {
                 return Err(error(
                     ErrorCode::NotFound,
-                    "the probe reads `chunks N SIZE`, `liar N SIZE` or `empty-chunks` only",
+                    "the probe reads `chunks N SIZE`, `liar N SIZE`, `empty-chunks` or `overfill` only",
                 ));
             }
         };
@@ -723,6 +751,7 @@ impl Guest for Probe {
                 _ => None,
             },
             empty: kind == "empty-chunks",
+            overfill: kind == "overfill",
             offset: Cell::new(0),
         }))
     }
