@@ -954,17 +954,21 @@ fn answer(cx: &Ctx, func: &Function, s: &Stream) -> Result<Answer, String> {
             "resource `{rname}` beside an id must be an event stream (have `next`)"
         ));
     }
+    // A method the resource may have that borrows a `wasi:io` stream: its
+    // name when it has it and the type is right.
+    let stream_method = |name: &str, stream: &str, answers: bool| {
+        method(name)
+            .map(|(name, f)| {
+                check_stream_method(cx, f, stream, answers)
+                    .map(|()| name.clone())
+                    .map_err(|e| format!("`{name}`: {e}"))
+            })
+            .transpose()
+    };
     if let Some((read, f)) = method("read") {
         check_read(cx, f).map_err(|e| format!("`{read}`: {e}"))?;
         let size = method("size").map(|(name, _)| name);
-        let read_into = match method("read-into") {
-            Some((name, f)) => {
-                check_stream_method(cx, f, "output-stream", true)
-                    .map_err(|e| format!("`{name}`: {e}"))?;
-                Some(name)
-            }
-            None => None,
-        };
+        let read_into = stream_method("read-into", "output-stream", true)?;
         return Ok(Answer::Reader {
             read,
             size,
@@ -977,14 +981,7 @@ fn answer(cx: &Ctx, func: &Function, s: &Stream) -> Result<Answer, String> {
         if ok.is_some_and(|t| handle(cx.resolve, t).is_some()) {
             return Err(format!("`{finish}` must answer a value, not a resource"));
         }
-        let write_from = match method("write-from") {
-            Some((name, f)) => {
-                check_stream_method(cx, f, "input-stream", false)
-                    .map_err(|e| format!("`{name}`: {e}"))?;
-                Some(name)
-            }
-            None => None,
-        };
+        let write_from = stream_method("write-from", "input-stream", false)?;
         return Ok(Answer::Writer {
             write,
             finish,

@@ -385,27 +385,20 @@ pub struct Writer {
     pub function: &'static str,
     pub write: &'static str,
     pub finish: &'static str,
-    /// Its `write-from`, when the contract has it (used instead of `write`
-    /// when the component exports it).
+    /// Its `write-from`, when the component exports it (used instead of
+    /// `write`).
     pub write_from: Option<&'static str>,
 }
 
 impl Writer {
     /// Writes `bytes` to the writer `w` in chunks of at most `CHUNK`: by
-    /// `write-from` when the component exports it, else by `write`.
-    async fn put(
-        &self,
-        ctx: &CallCtx,
-        inst: &mut Instance,
-        w: ResourceAny,
-        bytes: Bytes,
-    ) -> Result<(), RpcError> {
-        let write_from = self.write_from.filter(|f| ctx.runtime.exports(f));
+    /// `write-from` when there is one, else by `write`.
+    async fn put(&self, inst: &mut Instance, w: ResourceAny, bytes: Bytes) -> Result<(), RpcError> {
         let mut at = 0;
         while at < bytes.len() {
             let piece = bytes.slice(at..bytes.len().min(at + CHUNK));
             at += piece.len();
-            match write_from {
+            match self.write_from {
                 Some(write_from) => inst.write_from(write_from, w, piece).await?,
                 None => {
                     inst.call_typed::<_, ()>(self.write, (w, &piece[..]))
@@ -572,7 +565,7 @@ pub async fn write(
             put_owner(&mut head, owner, group);
             let (mut inst, w) = open(ctx, method, writer.function, head).await?;
             let result = async {
-                writer.put(ctx, &mut inst, w, bytes.into()).await?;
+                writer.put(&mut inst, w, bytes.into()).await?;
                 finish(ctx, method, &mut inst, &writer, w).await
             }
             .await;
@@ -712,7 +705,7 @@ async fn streamed(
             )));
         }
         let len = bytes.len() as u64;
-        writer.put(ctx, inst, w, bytes.into()).await?;
+        writer.put(inst, w, bytes.into()).await?;
         written += len;
     }
     Ok(())
@@ -752,7 +745,7 @@ async fn write_many(
     let (mut inst, w) = open(ctx, method, writer.function, params).await?;
     let result = async {
         for bytes in contents {
-            writer.put(ctx, &mut inst, w, bytes.into()).await?;
+            writer.put(&mut inst, w, bytes.into()).await?;
         }
         finish(ctx, method, &mut inst, writer, w).await
     }

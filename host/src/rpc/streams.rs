@@ -98,7 +98,7 @@ pub async fn serve(
                 function: callee.function,
                 write,
                 finish,
-                write_from: *write_from,
+                write_from: write_from.filter(|f| ctx.runtime.exports(f)),
             };
             bytes::write(ctx, method, tags, writer, params, forward).await
         }

@@ -12,7 +12,7 @@
 use super::call::{CallError, Instance};
 use bytes::Bytes;
 use std::sync::{Arc, Mutex};
-use wasmtime::component::{Resource, ResourceAny};
+use wasmtime::component::{ComponentType, Lift, Resource, ResourceAny};
 use wasmtime_wasi::p2::{
     DynInputStream, DynOutputStream, InputStream, OutputStream, Pollable, StreamError, StreamResult,
 };
@@ -23,7 +23,6 @@ struct Taken {
     /// Bytes it still takes.
     room: usize,
     chunks: Vec<Bytes>,
-    len: usize,
 }
 
 /// An `output-stream` that keeps what is written to it, up to its room.
@@ -51,7 +50,6 @@ impl OutputStream for Sink {
             return Err(Sink::full(taken.room));
         }
         taken.room -= bytes.len();
-        taken.len += bytes.len();
         if !bytes.is_empty() {
             taken.chunks.push(bytes);
         }
@@ -99,6 +97,28 @@ fn trap(e: impl Into<wasmtime::Error>) -> CallError {
 }
 
 impl Instance {
+    /// Calls `function(resource, stream, n)`, lending it `stream` from the
+    /// store's table for the call only.
+    async fn lend<S, R>(
+        &mut self,
+        function: &str,
+        resource: ResourceAny,
+        stream: S,
+        n: u64,
+    ) -> Result<R, CallError>
+    where
+        S: Send + 'static,
+        R: ComponentType + Lift + Send + Sync + 'static,
+    {
+        let pushed = self.store.data_mut().table().push(stream).map_err(trap)?;
+        let lent = Resource::<S>::new_borrow(pushed.rep());
+        let answer = self.call_typed(function, (resource, lent, n)).await;
+        let removed = self.store.data_mut().table().delete(pushed);
+        let answer = answer?;
+        removed.map_err(trap)?;
+        Ok(answer)
+    }
+
     /// Calls a reader's `read-into` with a sink of `max` bytes: the bytes the
     /// provider moved into it (possibly none), or none at the end.
     pub async fn read_into(
@@ -112,14 +132,9 @@ impl Instance {
             ..Taken::default()
         }));
         let sink: DynOutputStream = Box::new(Sink(taken.clone()));
-        let sink = self.store.data_mut().table().push(sink).map_err(trap)?;
-        let lent = Resource::<DynOutputStream>::new_borrow(sink.rep());
-        let answer: Result<Option<u64>, _> =
-            self.call_typed(function, (reader, lent, max as u64)).await;
-        let removed = self.store.data_mut().table().delete(sink);
-        let answer = answer?;
-        removed.map_err(trap)?;
-        let Taken { chunks, len, .. } = std::mem::take(&mut *taken.lock().expect("sink lock"));
+        let answer: Option<u64> = self.lend(function, reader, sink, max as u64).await?;
+        let Taken { room, chunks } = std::mem::take(&mut *taken.lock().expect("sink lock"));
+        let len = max - room;
         match answer {
             Some(said) if said == len as u64 => Ok(Some(chunks)),
             None if len == 0 => Ok(None),
@@ -141,12 +156,7 @@ impl Instance {
         let len = bytes.len() as u64;
         let held = Arc::new(Mutex::new(bytes));
         let source: DynInputStream = Box::new(Source(held.clone()));
-        let source = self.store.data_mut().table().push(source).map_err(trap)?;
-        let lent = Resource::<DynInputStream>::new_borrow(source.rep());
-        let answer: Result<(), _> = self.call_typed(function, (writer, lent, len)).await;
-        let removed = self.store.data_mut().table().delete(source);
-        answer?;
-        removed.map_err(trap)?;
+        self.lend::<_, ()>(function, writer, source, len).await?;
         match held.lock().expect("source lock").len() {
             0 => Ok(()),
             left => Err(CallError::Contract(format!(
