@@ -9,6 +9,8 @@ use crate::net::grant::{Env, FRAMEWORK_KEY_ENV, Grant, host_env};
 use crate::net::policy::NetPolicy;
 use crate::net::websocket::MAX_CONNECTIONS;
 use crate::rpc::server::ServeOptions;
+use crate::runtime::cache::WasmBytes;
+use crate::runtime::engine::Building;
 use crate::runtime::limits::Limits;
 use crate::runtime::{Granted, LoadOptions};
 use anyhow::{Result, bail};
@@ -80,25 +82,36 @@ pub fn limits(args: &HostArgs) -> Limits {
     Limits::new(args.max_memory_mib.max(16), args.cpu_budget_ms)
 }
 
+/// Starts setting up the engine for these flags' limits and concurrency (on
+/// a thread, while the component is read and verified; `load_options` takes it).
+pub fn engine(args: &HostArgs) -> Building {
+    let instances = (args.max_concurrent + MAX_CONNECTIONS + 16) as u32;
+    Building::start(limits(args), instances)
+}
+
+/// The compile cache's directory, unless `--no-cache`.
+pub fn cache_dir(args: &HostArgs) -> Option<std::path::PathBuf> {
+    if args.no_cache {
+        return None;
+    }
+    args.cache_dir
+        .clone()
+        .or_else(crate::runtime::cache::default_dir)
+}
+
 /// How to load `wasm`: limits and cache from the flags; the grant from the
 /// flags and this process's environment, once the provider has said what it needs.
-pub fn load_options(args: &HostArgs, wasm: Vec<u8>) -> Result<LoadOptions> {
+pub fn load_options(args: &HostArgs, wasm: WasmBytes, engine: Building) -> Result<LoadOptions> {
     if args.max_concurrent == 0 {
         bail!("--max-concurrent must be at least 1");
     }
-    let cache_dir = if args.no_cache {
-        None
-    } else {
-        args.cache_dir
-            .clone()
-            .or_else(crate::runtime::cache::default_dir)
-    };
+    let cache_dir = cache_dir(args);
     let grant_args = args.clone();
     Ok(LoadOptions {
         wasm,
         cache_dir,
         limits: limits(args),
-        instances: (args.max_concurrent + MAX_CONNECTIONS + 16) as u32,
+        engine,
         reuse: args.reuse(),
         grant: Box::new(move |info, needs, overlay| {
             // An EPP client's provider_options first, then the operator's environment.

@@ -8,6 +8,7 @@ use epp_host::oci::credentials::EnvSnapshot;
 use epp_host::oci::reference::OciRef;
 use epp_host::rpc::outbox::Outbox;
 use epp_host::rpc::server::Server;
+use epp_host::runtime::cache::WasmBytes;
 use epp_host::runtime::{self, Runtime};
 use epp_host::{call, config, inspect, installed, manifest, oci, signing};
 use std::path::Path;
@@ -169,20 +170,41 @@ fn verify(wasm: &Path, trust: &cli::TrustArgs) -> Result<ExitCode> {
     })
 }
 
-/// The component's bytes, verified against the trusted keys: from a file, or
-/// pulled from a registry (then what ran is logged: reference, digests, signer).
-async fn verified(wasm: &Path, host: &HostArgs, env: &EnvSnapshot) -> Result<Vec<u8>> {
+/// The component's bytes, verified against the trusted keys, and what its
+/// signatures said: from a file, or pulled from a registry (then what ran is
+/// logged: reference, digests, signer). A trusted verdict is remembered in the
+/// compile cache (`signing::verify_remembered`).
+async fn verified(
+    wasm: &Path,
+    host: &HostArgs,
+    env: &EnvSnapshot,
+) -> Result<(WasmBytes, signing::SignatureStatus)> {
+    let memo = config::cache_dir(host);
     let Some(reference) = OciRef::from_arg(wasm) else {
         let bytes = std::fs::read(wasm).with_context(|| format!("reading {}", wasm.display()))?;
-        signing::enforce(wasm, &bytes, &host.trust, host.allow_unsigned)?;
-        return Ok(bytes);
+        let bytes = WasmBytes::new(bytes);
+        let status = signing::enforce(
+            wasm,
+            &bytes,
+            &host.trust,
+            host.allow_unsigned,
+            memo.as_deref(),
+        )?;
+        return Ok((bytes, status));
     };
     let reference = reference?;
     let pulled =
         oci::commands::fetch(&reference, &host.registry, host.cache_dir.as_deref(), env).await?;
     let named = Path::new(wasm);
-    let status = signing::enforce(named, &pulled.wasm, &host.trust, host.allow_unsigned)
-        .with_context(|| format!("{reference} (manifest {})", pulled.manifest_digest))?;
+    let bytes = WasmBytes::new(pulled.wasm);
+    let status = signing::enforce(
+        named,
+        &bytes,
+        &host.trust,
+        host.allow_unsigned,
+        memo.as_deref(),
+    )
+    .with_context(|| format!("{reference} (manifest {})", pulled.manifest_digest))?;
     tracing::info!(
         reference = %reference,
         manifest = %pulled.manifest_digest,
@@ -192,17 +214,22 @@ async fn verified(wasm: &Path, host: &HostArgs, env: &EnvSnapshot) -> Result<Vec
         pulled.origin,
         status.describe()
     );
-    Ok(pulled.wasm)
+    Ok((bytes, status))
 }
 
 /// Reads, verifies and loads a component for `run`.
 async fn load(wasm: &Path, host: &HostArgs, env: &EnvSnapshot) -> Result<Arc<Runtime>> {
-    let bytes = verified(wasm, host, env).await?;
-    load_bytes(bytes, host).await
+    let engine = config::engine(host);
+    let (bytes, _) = verified(wasm, host, env).await?;
+    load_bytes(bytes, host, engine).await
 }
 
-async fn load_bytes(bytes: Vec<u8>, host: &HostArgs) -> Result<Arc<Runtime>> {
-    let options = config::load_options(host, bytes)?;
+async fn load_bytes(
+    bytes: WasmBytes,
+    host: &HostArgs,
+    engine: runtime::engine::Building,
+) -> Result<Arc<Runtime>> {
+    let options = config::load_options(host, bytes, engine)?;
     let runtime = Runtime::load(options).await?;
     let (cache, what) = match (runtime.cache, runtime.answers_cached) {
         (runtime::cache::CacheOutcome::Hit, true) => (
@@ -235,15 +262,14 @@ async fn serve_mcp(
     args: cli::McpArgs,
     env: EnvSnapshot,
 ) -> Result<ExitCode> {
-    use sha2::Digest as _;
-    let bytes = verified(&wasm, &host, &env).await?;
-    let keys = signing::TrustedKeys::load(&host.trust)?;
-    let signers = match signing::verify(&bytes, &keys) {
+    let engine = config::engine(&host);
+    let (bytes, status) = verified(&wasm, &host, &env).await?;
+    let signers = match status {
         signing::SignatureStatus::Trusted(ids) => ids,
         _ => Vec::new(),
     };
-    let sha256 = hex::encode(sha2::Sha256::digest(&bytes));
-    let runtime = load_bytes(bytes, &host).await?;
+    let sha256 = bytes.sha256().to_string();
+    let runtime = load_bytes(bytes, &host, engine).await?;
     let opts = config::mcp_options(&host, &args, &runtime, sha256, signers)?;
     epp_host::mcp::serve(runtime, opts).await?;
     Ok(ExitCode::SUCCESS)

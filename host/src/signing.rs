@@ -6,7 +6,9 @@
 //! trust is refused unless `--allow-unsigned` is given.
 
 use crate::cli::TrustArgs;
+use crate::runtime::cache::WasmBytes;
 use anyhow::{Context, Result, bail};
+use sha2::{Digest, Sha256};
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use wasmsign2::{KeyPair, Module, PublicKey, PublicKeySet, SecretKey, Section, WSError};
@@ -56,6 +58,24 @@ impl TrustedKeys {
 
     pub fn is_empty(&self) -> bool {
         self.set.is_empty()
+    }
+
+    /// sha256 (hex) of the set, in any order, and of what judges with it
+    /// (this host's version, wasmsign2's): a remembered verdict's key.
+    fn digest(&self) -> String {
+        let mut keys: Vec<Vec<u8>> = self.set.items().iter().map(|k| k.to_bytes()).collect();
+        keys.sort();
+        let mut hash = Sha256::new();
+        hash.update(concat!(
+            "epp-host ",
+            env!("CARGO_PKG_VERSION"),
+            " wasmsign2 0.2.8\n"
+        ));
+        for key in keys {
+            hash.update((key.len() as u64).to_le_bytes());
+            hash.update(key);
+        }
+        hex::encode(hash.finalize())
     }
 }
 
@@ -160,16 +180,54 @@ pub fn verify(wasm: &[u8], keys: &TrustedKeys) -> SignatureStatus {
     }
 }
 
+/// [`verify`], with a trusted verdict remembered in `memo` (the compile
+/// cache's directory). Verifying is a pure function of the component's bytes
+/// and the trusted keys, and wasmsign2 parses the whole component twice and
+/// hashes it with a portable SHA-256: about a third of a warm start's CPU
+/// (bench/profiling.md). The verdict is kept under the sha256 of both (and of
+/// this host's version) in the directory that already holds the component's
+/// native code, which is private to this user and trusted as such: anyone who
+/// could write a verdict there could replace that code. Only `Trusted` is
+/// kept; anything else is verified again every time, so its message is fresh.
+pub fn verify_remembered(
+    wasm: &WasmBytes,
+    keys: &TrustedKeys,
+    memo: Option<&Path>,
+) -> SignatureStatus {
+    let Some(dir) = memo.filter(|_| !keys.is_empty()) else {
+        return verify(wasm, keys);
+    };
+    let name = format!("{}-{}.trusted", wasm.sha256(), &keys.digest()[..16]);
+    if let Some(ids) = crate::runtime::cache::recall(dir, &name).and_then(|b| remembered_ids(&b)) {
+        return SignatureStatus::Trusted(ids);
+    }
+    let status = verify(wasm, keys);
+    if let SignatureStatus::Trusted(ids) = &status {
+        crate::runtime::cache::remember(dir, &name, ids.join("\n").as_bytes());
+    }
+    status
+}
+
+/// The key ids of a remembered verdict: one or more lines of hex, or none.
+fn remembered_ids(bytes: &[u8]) -> Option<Vec<String>> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let ids: Vec<String> = text.lines().map(str::to_string).collect();
+    let hex_id = |id: &String| !id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit());
+    (!ids.is_empty() && ids.iter().all(hex_id)).then_some(ids)
+}
+
 /// Refuses to go on unless the component is signed by a trusted key, or the
 /// operator said `--allow-unsigned` (then warns on stderr).
+/// A trusted verdict is remembered in `memo` ([`verify_remembered`]).
 pub fn enforce(
     path: &Path,
-    wasm: &[u8],
+    wasm: &WasmBytes,
     trust: &TrustArgs,
     allow_unsigned: bool,
+    memo: Option<&Path>,
 ) -> Result<SignatureStatus> {
     let keys = TrustedKeys::load(trust)?;
-    let status = verify(wasm, &keys);
+    let status = verify_remembered(wasm, &keys, memo);
     if let SignatureStatus::Trusted(_) = status {
         return Ok(status);
     }

@@ -264,6 +264,104 @@ fn run_serves_a_trusted_component_and_allow_unsigned_warns() {
     }
 }
 
+/// A trusted verdict is kept in the compile cache, under the sha256 of the
+/// component and of the trusted keys, and taken from there as the cache's
+/// `.cwasm` is: only from a directory private to this user.
+#[test]
+fn a_trusted_verdict_is_remembered_in_the_compile_cache_for_those_bytes_and_keys() {
+    use sha2::{Digest, Sha256};
+    use std::os::unix::fs::PermissionsExt;
+    let f = fixture();
+    let cache = f.dir.path().join("cache");
+    let serve = |wasm: &Path, key: &Path| {
+        run_host_once(
+            &[
+                "run",
+                s(wasm),
+                "--trust-file",
+                "/dev/null",
+                "--trusted-key",
+                s(key),
+                "--cache-dir",
+                s(&cache),
+            ],
+            &[],
+        )
+    };
+    let refused = |out: &std::process::Output, phrase: &str| {
+        let err = stderr(out);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(phrase), "expected {phrase:?} in {err}");
+    };
+    let sha = |wasm: &Path| hex::encode(Sha256::digest(std::fs::read(wasm).expect("wasm")));
+
+    let served = |out: &std::process::Output| {
+        assert!(out.status.success(), "{}", stderr(out));
+        assert!(!stderr(out).contains("refusing"), "{}", stderr(out));
+    };
+    served(&serve(&f.signed, &f.release.public));
+    let verdicts: Vec<PathBuf> = cached_files(&cache)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "trusted"))
+        .collect();
+    assert_eq!(verdicts.len(), 1, "{:?}", cached_files(&cache));
+    let verdict = &verdicts[0];
+    assert_eq!(
+        std::fs::read_to_string(verdict).expect("verdict"),
+        f.release.id
+    );
+    assert_eq!(
+        std::fs::metadata(verdict)
+            .expect("verdict")
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    let name = verdict.file_name().and_then(|n| n.to_str()).expect("name");
+    let keys = name
+        .strip_prefix(&format!("{}-", sha(&f.signed)))
+        .expect("named by the component's sha256");
+
+    // Other bytes or other keys are verified anew: no verdict of theirs.
+    refused(
+        &serve(&f.tampered, &f.release.public),
+        "modified after signing",
+    );
+    refused(
+        &serve(&f.signed, &f.stranger.public),
+        "which is not trusted",
+    );
+    assert_eq!(
+        cached_files(&cache)
+            .iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "trusted"))
+            .count(),
+        1,
+        "only trusted verdicts are kept"
+    );
+
+    // The verdict is taken without verifying, as the `.cwasm` beside it is run
+    // without compiling: a verdict for the stranger's component under its
+    // sha256 (as only someone who can write this directory could put there)
+    // is believed…
+    let forged = cache.join(format!("{}-{keys}", sha(&f.untrusted)));
+    std::fs::copy(verdict, &forged).expect("copying the verdict");
+    served(&serve(&f.untrusted, &f.release.public));
+    // …and not once others could write the directory (nor a damaged one).
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    refused(
+        &serve(&f.untrusted, &f.release.public),
+        "which is not trusted",
+    );
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    std::fs::write(&forged, "not a key id\n").expect("damaging");
+    refused(
+        &serve(&f.untrusted, &f.release.public),
+        "which is not trusted",
+    );
+}
+
 fn cached_files(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|entries| entries.filter_map(|e| e.ok().map(|e| e.path())).collect())

@@ -13,6 +13,7 @@ use sha2::{Digest, Sha256};
 use std::hash::{Hash, Hasher};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
@@ -29,12 +30,45 @@ pub fn default_dir() -> Option<PathBuf> {
     dirs::cache_dir().map(|d| d.join("epp-host"))
 }
 
-fn cache_key(engine: &Engine, wasm: &[u8]) -> String {
+/// A component's bytes and, once asked, their sha256 (hex): the name of
+/// everything the compile cache keeps for them (the `.cwasm`, the provider's
+/// answers, a trusted signature's verdict), hashed once per start.
+pub struct WasmBytes {
+    bytes: Vec<u8>,
+    sha256: OnceLock<String>,
+}
+
+impl WasmBytes {
+    pub fn new(bytes: Vec<u8>) -> WasmBytes {
+        WasmBytes {
+            bytes,
+            sha256: OnceLock::new(),
+        }
+    }
+
+    /// The sha256 of the bytes, in hex.
+    pub fn sha256(&self) -> &str {
+        self.sha256
+            .get_or_init(|| hex::encode(Sha256::digest(&self.bytes)))
+    }
+
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+}
+
+impl std::ops::Deref for WasmBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+fn cache_key(engine: &Engine, wasm: &WasmBytes) -> String {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);
     env!("CARGO_PKG_VERSION").hash(&mut hasher);
-    let wasm_hash = hex::encode(Sha256::digest(wasm));
-    format!("{wasm_hash}-{:016x}.cwasm", hasher.finish())
+    format!("{}-{:016x}.cwasm", wasm.sha256(), hasher.finish())
 }
 
 fn private_dir(dir: &Path) -> Result<()> {
@@ -100,10 +134,10 @@ impl Compiled {
 }
 
 /// Compiles `wasm`, or loads it from `dir` when this host compiled it before.
-pub fn load(engine: &Engine, wasm: &[u8], dir: Option<&Path>) -> Result<Compiled> {
+pub fn load(engine: &Engine, wasm: &WasmBytes, dir: Option<&Path>) -> Result<Compiled> {
     let uncached = |outcome| {
         Ok(Compiled {
-            component: Component::new(engine, wasm)?,
+            component: Component::new(engine, &**wasm)?,
             outcome,
             path: None,
         })
@@ -145,6 +179,24 @@ pub fn load(engine: &Engine, wasm: &[u8], dir: Option<&Path>) -> Result<Compiled
         outcome: CacheOutcome::Miss,
         path: Some(path),
     })
+}
+
+/// A small record this host kept in `dir` under `name` ([`remember`]), when
+/// the directory and the file are private to this user, as for a `.cwasm`.
+pub fn recall(dir: &Path, name: &str) -> Option<Vec<u8>> {
+    trusted(dir).ok()?;
+    let path = dir.join(name);
+    trusted(&path).ok()?;
+    std::fs::read(&path).ok()
+}
+
+/// Keeps `bytes` in `dir` under `name` for [`recall`]; a failure only costs
+/// the next start the work it saves (and the compile cache says so itself).
+pub fn remember(dir: &Path, name: &str, bytes: &[u8]) {
+    let path = dir.join(name);
+    if let Err(e) = private_dir(dir).and_then(|()| store(&path, bytes)) {
+        tracing::debug!(path = %path.display(), error = format!("{e:#}"), "could not write to the compile cache");
+    }
 }
 
 fn store(path: &Path, bytes: &[u8]) -> Result<()> {

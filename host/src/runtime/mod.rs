@@ -74,11 +74,12 @@ pub enum Reconfigure {
 
 /// What `Runtime::load` needs.
 pub struct LoadOptions {
-    pub wasm: Vec<u8>,
+    pub wasm: cache::WasmBytes,
     pub cache_dir: Option<PathBuf>,
     pub limits: Limits,
-    /// Instances alive at once (requests + terminals).
-    pub instances: u32,
+    /// The engine, sized for the instances alive at once (requests +
+    /// terminals), being set up meanwhile.
+    pub engine: engine::Building,
     /// Called after `describe()` and `needs()`, and again for `provider_options`.
     pub grant: GrantFn,
     /// Whether calls may be served by an instance a previous call left.
@@ -207,7 +208,7 @@ impl Runtime {
     /// of that.
     pub async fn load(opts: LoadOptions) -> Result<Runtime> {
         let contract = Contract::of(&opts.wasm)?;
-        let engine = engine::build(&opts.limits, opts.instances)?;
+        let engine = opts.engine.finish()?;
         let compiled = cache::load(&engine, &opts.wasm, opts.cache_dir.as_deref())
             .context("compiling the provider component")?;
         let component = compiled.component.clone();
@@ -281,10 +282,10 @@ impl Runtime {
     /// that allows nothing (`inspect`, `manifest`).
     pub async fn load_offline(wasm: Vec<u8>) -> Result<Runtime> {
         Runtime::load(LoadOptions {
-            wasm,
+            wasm: cache::WasmBytes::new(wasm),
             cache_dir: None,
             limits: Limits::new(256, 10_000),
-            instances: 4,
+            engine: engine::Building::start(Limits::new(256, 10_000), 4),
             grant: Box::new(|_, _, _| {
                 Ok(Granted {
                     policy: NetPolicy::deny_all(),
