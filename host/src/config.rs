@@ -10,7 +10,6 @@ use crate::net::policy::NetPolicy;
 use crate::net::websocket::MAX_CONNECTIONS;
 use crate::rpc::server::ServeOptions;
 use crate::runtime::cache::WasmBytes;
-use crate::runtime::engine::Building;
 use crate::runtime::limits::Limits;
 use crate::runtime::{Granted, LoadOptions};
 use anyhow::{Result, bail};
@@ -82,13 +81,6 @@ pub fn limits(args: &HostArgs) -> Limits {
     Limits::new(args.max_memory_mib.max(16), args.cpu_budget_ms)
 }
 
-/// Starts setting up the engine for these flags' limits and concurrency (on
-/// a thread, while the component is read and verified; `load_options` takes it).
-pub fn engine(args: &HostArgs) -> Building {
-    let instances = (args.max_concurrent + MAX_CONNECTIONS + 16) as u32;
-    Building::start(limits(args), instances)
-}
-
 /// The compile cache's directory, unless `--no-cache`.
 pub fn cache_dir(args: &HostArgs) -> Option<std::path::PathBuf> {
     if args.no_cache {
@@ -101,7 +93,7 @@ pub fn cache_dir(args: &HostArgs) -> Option<std::path::PathBuf> {
 
 /// How to load `wasm`: limits and cache from the flags; the grant from the
 /// flags and this process's environment, once the provider has said what it needs.
-pub fn load_options(args: &HostArgs, wasm: WasmBytes, engine: Building) -> Result<LoadOptions> {
+pub fn load_options(args: &HostArgs, wasm: WasmBytes) -> Result<LoadOptions> {
     if args.max_concurrent == 0 {
         bail!("--max-concurrent must be at least 1");
     }
@@ -111,7 +103,7 @@ pub fn load_options(args: &HostArgs, wasm: WasmBytes, engine: Building) -> Resul
         wasm,
         cache_dir,
         limits: limits(args),
-        engine,
+        instances: (args.max_concurrent + MAX_CONNECTIONS + 16) as u32,
         reuse: args.reuse(),
         grant: Box::new(move |info, needs, overlay| {
             // An EPP client's provider_options first, then the operator's environment.

@@ -219,17 +219,12 @@ async fn verified(
 
 /// Reads, verifies and loads a component for `run`.
 async fn load(wasm: &Path, host: &HostArgs, env: &EnvSnapshot) -> Result<Arc<Runtime>> {
-    let engine = config::engine(host);
     let (bytes, _) = verified(wasm, host, env).await?;
-    load_bytes(bytes, host, engine).await
+    load_bytes(bytes, host).await
 }
 
-async fn load_bytes(
-    bytes: WasmBytes,
-    host: &HostArgs,
-    engine: runtime::engine::Building,
-) -> Result<Arc<Runtime>> {
-    let options = config::load_options(host, bytes, engine)?;
+async fn load_bytes(bytes: WasmBytes, host: &HostArgs) -> Result<Arc<Runtime>> {
+    let options = config::load_options(host, bytes)?;
     let runtime = Runtime::load(options).await?;
     let (cache, what) = match (runtime.cache, runtime.answers_cached) {
         (runtime::cache::CacheOutcome::Hit, true) => (
@@ -262,14 +257,13 @@ async fn serve_mcp(
     args: cli::McpArgs,
     env: EnvSnapshot,
 ) -> Result<ExitCode> {
-    let engine = config::engine(&host);
     let (bytes, status) = verified(&wasm, &host, &env).await?;
     let signers = match status {
         signing::SignatureStatus::Trusted(ids) => ids,
         _ => Vec::new(),
     };
     let sha256 = bytes.sha256().to_string();
-    let runtime = load_bytes(bytes, &host, engine).await?;
+    let runtime = load_bytes(bytes, &host).await?;
     let opts = config::mcp_options(&host, &args, &runtime, sha256, signers)?;
     epp_host::mcp::serve(runtime, opts).await?;
     Ok(ExitCode::SUCCESS)

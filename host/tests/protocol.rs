@@ -562,12 +562,9 @@ fn codec_cost_end_to_end() {
         unreachable!("parsed a run command")
     };
     let bytes = std::fs::read(wasm).expect("the probe");
-    let options = epp_host::config::load_options(
-        &host,
-        epp_host::runtime::cache::WasmBytes::new(bytes),
-        epp_host::config::engine(&host),
-    )
-    .expect("options");
+    let options =
+        epp_host::config::load_options(&host, epp_host::runtime::cache::WasmBytes::new(bytes))
+            .expect("options");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

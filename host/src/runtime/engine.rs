@@ -1,7 +1,7 @@
 //! The one wasmtime `Engine` of the process and its epoch ticker.
 
 use super::limits::{EPOCH_TICK, Limits};
-use anyhow::{Result, anyhow};
+use anyhow::Result;
 use wasmtime::{
     Config, Enabled, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig,
 };
@@ -13,7 +13,7 @@ const KEEP_RESIDENT: usize = 1 << 20;
 /// Builds the engine. `instances` bounds how many provider instances can be alive
 /// at once (requests in flight plus open terminals); slots are pre-reserved by the
 /// pooling allocator, which makes instantiation a few microseconds.
-fn build(limits: &Limits, instances: u32) -> Result<Engine> {
+pub fn build(limits: &Limits, instances: u32) -> Result<Engine> {
     let mut config = Config::new();
     config.wasm_component_model(true);
     config.epoch_interruption(true);
@@ -52,30 +52,6 @@ fn build(limits: &Limits, instances: u32) -> Result<Engine> {
 
 /// Advances the epoch every `EPOCH_TICK` so running guests yield to other tasks
 /// and their CPU budget can be counted.
-/// The engine, set up on a thread of its own from [`Building::start`] on.
-/// Reserving the pools costs a guard page per fiber stack (an `mprotect` that
-/// splits the mapping, hundreds of them: about a quarter of a warm start's CPU,
-/// bench/profiling.md) and needs nothing of the component, so it runs while the
-/// component is read and verified.
-pub struct Building(std::thread::JoinHandle<Result<Engine>>);
-
-impl Building {
-    pub fn start(limits: Limits, instances: u32) -> Building {
-        let thread = std::thread::Builder::new()
-            .name("engine-setup".into())
-            .spawn(move || build(&limits, instances))
-            .expect("spawning the engine's setup");
-        Building(thread)
-    }
-
-    /// Waits for the engine.
-    pub fn finish(self) -> Result<Engine> {
-        self.0
-            .join()
-            .map_err(|_| anyhow!("setting up the wasmtime engine panicked"))?
-    }
-}
-
 fn start_epoch_ticker(engine: &Engine) {
     let weak = engine.weak();
     std::thread::Builder::new()

@@ -77,9 +77,8 @@ pub struct LoadOptions {
     pub wasm: cache::WasmBytes,
     pub cache_dir: Option<PathBuf>,
     pub limits: Limits,
-    /// The engine, sized for the instances alive at once (requests +
-    /// terminals), being set up meanwhile.
-    pub engine: engine::Building,
+    /// Instances alive at once (requests + terminals).
+    pub instances: u32,
     /// Called after `describe()` and `needs()`, and again for `provider_options`.
     pub grant: GrantFn,
     /// Whether calls may be served by an instance a previous call left.
@@ -208,7 +207,7 @@ impl Runtime {
     /// of that.
     pub async fn load(opts: LoadOptions) -> Result<Runtime> {
         let contract = Contract::of(&opts.wasm)?;
-        let engine = opts.engine.finish()?;
+        let engine = engine::build(&opts.limits, opts.instances)?;
         let compiled = cache::load(&engine, &opts.wasm, opts.cache_dir.as_deref())
             .context("compiling the provider component")?;
         let component = compiled.component.clone();
@@ -285,7 +284,7 @@ impl Runtime {
             wasm: cache::WasmBytes::new(wasm),
             cache_dir: None,
             limits: Limits::new(256, 10_000),
-            engine: engine::Building::start(Limits::new(256, 10_000), 4),
+            instances: 4,
             grant: Box::new(|_, _, _| {
                 Ok(Granted {
                     policy: NetPolicy::deny_all(),
