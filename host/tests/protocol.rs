@@ -7,6 +7,8 @@ mod common;
 use common::*;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::time::{Duration, Instant};
 
 fn is_output_for(msg: &Value, id: &Value) -> bool {
@@ -39,6 +41,33 @@ fn hello_and_the_probe_answer() {
     let resp = host.probe("memo");
     assert_eq!(meta(&resp, "after-put"), Some("remembered"), "{resp}");
     assert_eq!(meta(&resp, "after-forget"), Some("absent"), "{resp}");
+}
+
+/// Both stdio pipes are asked to hold a whole 1 MiB binary frame (README,
+/// "Pipes"). Only root is sure to get it: anyone else's pipe budget may say no.
+#[test]
+fn stdin_and_stdout_pipes_hold_a_whole_frame() {
+    let mut host = Host::start();
+    assert_eq!(
+        result(&host.call("epp.hello", json!({})))["protocol"],
+        "EPP/1"
+    );
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    for fd in [0, 1] {
+        // Another open file of the same pipe, to ask its size.
+        let path = format!("/proc/{}/fd/{fd}", host.pid());
+        let pipe = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+            .expect("opening the host's pipe");
+        // SAFETY: F_GETPIPE_SZ on a file this test owns; it only reads.
+        let size = unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_GETPIPE_SZ) };
+        assert_eq!(size, 1 << 20, "fd {fd}");
+    }
 }
 
 #[test]

@@ -28,24 +28,28 @@ pub enum Line {
 /// Bytes read from the input at once by `spawn_reader`.
 const READ_BUFFER: usize = 1 << 20;
 
-/// What stdout's pipe is asked to hold: a whole 1 MiB binary frame of a
-/// streamed read.
-const STDOUT_PIPE_BYTES: usize = 1 << 20;
+/// What stdin's and stdout's pipes are asked to hold: a whole 1 MiB binary
+/// frame of a streamed write or read.
+const PIPE_BYTES: usize = 1 << 20;
 
-/// Asks for a 1 MiB pipe on stdout when it is one. A pipe holds 64 KiB by
-/// default, so a 1 MiB frame would cross in sixteen hand-offs between this
-/// process and its client, each waking the other; with room for a whole frame
-/// a streamed read ran at 600–860 MiB/s against 490–540 on the same testbed
-/// (bench/profiling.md, fifth pass). stdin is left as it is: writes did not
-/// gain. Best effort: a pipe over the user's pipe budget
-/// (`/proc/sys/fs/pipe-user-pages-soft`, `pipe-max-size`) keeps its size, and
-/// anything but a pipe ignores it.
-pub fn widen_stdout_pipe() {
+/// Asks for 1 MiB pipes on stdin and stdout when they are pipes. A pipe holds
+/// 64 KiB by default, so a 1 MiB frame crosses in sixteen hand-offs between
+/// this process and its client, each waking the other. With room for a whole
+/// frame a streamed read ran at 600–860 MiB/s against 490–540 (fifth pass) and,
+/// once the host's own copies and a slow execd no longer hid it, a streamed
+/// 32 MiB write at ~520–620 MiB/s against ~390–560 (sixth pass, both on the same
+/// testbed; bench/profiling.md). Best effort: the kernel says no for a pipe over
+/// the user's pipe budget (`/proc/sys/fs/pipe-user-pages-soft`, `pipe-max-size`;
+/// README, "Pipes"), and anything but a pipe ignores it.
+pub fn widen_pipes() {
     #[cfg(target_os = "linux")]
-    // SAFETY: fcntl with an integer argument on the process's own stdout; it
-    // changes only the pipe's capacity, and fails harmlessly for anything else.
-    unsafe {
-        libc::fcntl(1, libc::F_SETPIPE_SZ, STDOUT_PIPE_BYTES as libc::c_int);
+    for fd in [0, 1] {
+        // SAFETY: fcntl with an integer argument on the process's own stdin
+        // or stdout; it changes only a pipe's capacity, and fails harmlessly
+        // for anything else.
+        unsafe {
+            libc::fcntl(fd, libc::F_SETPIPE_SZ, PIPE_BYTES as libc::c_int);
+        }
     }
 }
 
