@@ -61,7 +61,9 @@ impl TrustedKeys {
     }
 
     /// sha256 (hex) of the set, in any order, and of what judges with it
-    /// (this host's version, wasmsign2's): a remembered verdict's key.
+    /// (this host's version, and wasmsign2's, pinned in host/Cargo.toml: a
+    /// new one must change the string, so that no verdict outlives it): a
+    /// remembered verdict's key.
     fn digest(&self) -> String {
         let mut keys: Vec<Vec<u8>> = self.set.items().iter().map(|k| k.to_bytes()).collect();
         keys.sort();

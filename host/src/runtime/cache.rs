@@ -51,10 +51,6 @@ impl WasmBytes {
         self.sha256
             .get_or_init(|| hex::encode(Sha256::digest(&self.bytes)))
     }
-
-    pub fn into_bytes(self) -> Vec<u8> {
-        self.bytes
-    }
 }
 
 impl std::ops::Deref for WasmBytes {
