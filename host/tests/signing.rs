@@ -299,13 +299,16 @@ fn a_trusted_verdict_is_remembered_in_the_compile_cache_for_those_bytes_and_keys
         assert!(out.status.success(), "{}", stderr(out));
         assert!(!stderr(out).contains("refusing"), "{}", stderr(out));
     };
+    let verdicts = || -> Vec<PathBuf> {
+        cached_files(&cache)
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "trusted"))
+            .collect()
+    };
     served(&serve(&f.signed, &f.release.public));
-    let verdicts: Vec<PathBuf> = cached_files(&cache)
-        .into_iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "trusted"))
-        .collect();
-    assert_eq!(verdicts.len(), 1, "{:?}", cached_files(&cache));
-    let verdict = &verdicts[0];
+    let verdicts_now = verdicts();
+    assert_eq!(verdicts_now.len(), 1, "{:?}", cached_files(&cache));
+    let verdict = &verdicts_now[0];
     assert_eq!(
         std::fs::read_to_string(verdict).expect("verdict"),
         f.release.id
@@ -332,14 +335,7 @@ fn a_trusted_verdict_is_remembered_in_the_compile_cache_for_those_bytes_and_keys
         &serve(&f.signed, &f.stranger.public),
         "which is not trusted",
     );
-    assert_eq!(
-        cached_files(&cache)
-            .iter()
-            .filter(|p| p.extension().is_some_and(|e| e == "trusted"))
-            .count(),
-        1,
-        "only trusted verdicts are kept"
-    );
+    assert_eq!(verdicts().len(), 1, "only trusted verdicts are kept");
 
     // The verdict is taken without verifying, as the `.cwasm` beside it is run
     // without compiling: a verdict for the stranger's component under its

@@ -110,8 +110,7 @@ impl Compiled {
         let path = self
             .answers_path()
             .filter(|_| self.outcome == CacheOutcome::Hit)?;
-        trusted(&path).ok()?;
-        std::fs::read(&path).ok()
+        read_private(&path)
     }
 
     /// Stores the provider's static answers beside the `.cwasm`; a failure
@@ -181,9 +180,13 @@ pub fn load(engine: &Engine, wasm: &WasmBytes, dir: Option<&Path>) -> Result<Com
 /// the directory and the file are private to this user, as for a `.cwasm`.
 pub fn recall(dir: &Path, name: &str) -> Option<Vec<u8>> {
     trusted(dir).ok()?;
-    let path = dir.join(name);
-    trusted(&path).ok()?;
-    std::fs::read(&path).ok()
+    read_private(&dir.join(name))
+}
+
+/// A file of the cache, if it is ours alone ([`trusted`]).
+fn read_private(path: &Path) -> Option<Vec<u8>> {
+    trusted(path).ok()?;
+    std::fs::read(path).ok()
 }
 
 /// Keeps `bytes` in `dir` under `name` for [`recall`]; a failure only costs
