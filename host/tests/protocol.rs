@@ -524,6 +524,19 @@ fn end_of_input_lets_requests_finish_then_cancels_stragglers() {
     let bye = host.call("epp.shutdown", json!({}));
     assert_eq!(result(&bye), &json!({}));
     assert!(host.wait_exit(PATIENCE).success());
+
+    // As at end of input, no line after epp.shutdown is read: a request
+    // written right behind it gets no answer.
+    let mut host = Host::start();
+    host.send_raw(
+        b"{\"jsonrpc\":\"2.0\",\"id\":\"bye\",\"method\":\"epp.shutdown\",\"params\":{}}\n\
+          {\"jsonrpc\":\"2.0\",\"id\":\"late\",\"method\":\"sandbox.get_info\",\
+          \"params\":{\"sandbox_id\":\"echo late\"}}\n",
+    );
+    let (status, rest) = host.finish();
+    assert!(status.success());
+    let answered: Vec<&Value> = rest.iter().filter_map(|m| m.get("id")).collect();
+    assert_eq!(answered, [&json!("bye")], "{rest:?}");
 }
 
 #[test]

@@ -6,13 +6,14 @@ use super::context::{CallCtx, Input, InputItem};
 use super::dispatch;
 use super::errors::{EppCode, RpcError};
 use super::outbox::Outbox;
-use super::wire::{Incoming, Line, id_from_head, input_target_from_head, parse, spawn_reader};
+use super::wire::{Incoming, Line, id_from_head, input_target_from_head, parse, read_lines};
 use crate::codec::Codec;
 use crate::contract::table;
 use crate::runtime::Runtime;
 use epp_protocol::transport;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
@@ -101,6 +102,8 @@ pub struct Server {
     params: Arc<Semaphore>,
     background: Arc<Mutex<tokio::task::JoinSet<()>>>,
     shutdown: Notify,
+    /// Set with `shutdown`: the reader stops at the next line.
+    stopping: AtomicBool,
 }
 
 /// The id as a map key: its JSON text, so `1` and `"1"` differ.
@@ -121,28 +124,50 @@ impl Server {
             finished: Notify::new(),
             background: Arc::new(Mutex::new(tokio::task::JoinSet::new())),
             shutdown: Notify::new(),
+            stopping: AtomicBool::new(false),
         })
     }
 
     /// Reads requests until end of input or `epp.shutdown`, then drains.
-    /// `input` is read on a thread of its own (`wire::spawn_reader`).
+    ///
+    /// `input` is read, and each line handled, on a thread of its own
+    /// (`wire::read_lines`), which enters the runtime for each line: a request
+    /// then reaches a runtime worker in one hand-off. With a thread between the
+    /// reader and the server loop, every request woke one thread more, which on
+    /// a machine with idle CPUs cost tens to hundreds of microseconds before
+    /// its work began (bench/profiling.md, issue 24, seventh pass).
     pub async fn serve<R: std::io::Read + Send + 'static>(self: &Arc<Self>, input: R) {
-        let mut lines = spawn_reader(input, self.opts.max_line_bytes);
-        loop {
-            let line = tokio::select! {
-                line = lines.recv() => line.transpose(),
-                _ = self.shutdown.notified() => break,
-            };
-            match line {
-                Ok(Some(line)) => self.handle_line(line).await,
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::error!(error = %e, "reading stdin failed; shutting down");
-                    break;
-                }
-            }
+        let (done_tx, done_rx) = oneshot::channel::<()>();
+        let server = self.clone();
+        let runtime = tokio::runtime::Handle::current();
+        let cap = self.opts.max_line_bytes;
+        std::thread::Builder::new()
+            .name("epp-stdin".into())
+            .spawn(move || {
+                read_lines(input, cap, |line| match line {
+                    Ok(line) => {
+                        runtime.block_on(server.handle_line(line));
+                        !server.stopping.load(Ordering::Acquire)
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "reading stdin failed; shutting down");
+                        false
+                    }
+                });
+                let _ = done_tx.send(());
+            })
+            .expect("spawning the stdin reader thread");
+        tokio::select! {
+            _ = done_rx => {}
+            _ = self.shutdown.notified() => {}
         }
         self.drain().await;
+    }
+
+    /// `epp.shutdown`: no line after this one is read.
+    fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+        self.shutdown.notify_one();
     }
 
     async fn handle_line(self: &Arc<Self>, line: Line) {
@@ -173,7 +198,7 @@ impl Server {
                 transport::CANCEL => {
                     self.cancel(&params);
                 }
-                transport::SHUTDOWN => self.shutdown.notify_one(),
+                transport::SHUTDOWN => self.stop(),
                 m if table::is_input(m) => {
                     let len = bytes.len() + tail.as_ref().map_or(0, Vec::len);
                     self.feed(m, params, tail, len).await
@@ -315,7 +340,7 @@ impl Server {
             }
             transport::SHUTDOWN => {
                 self.out.respond(id, Ok(json!({}))).await;
-                self.shutdown.notify_one();
+                self.stop();
                 return;
             }
             _ => {}

@@ -25,7 +25,7 @@ pub enum Line {
     },
 }
 
-/// Bytes read from the input at once by `spawn_reader`.
+/// Bytes read from the input at once by `read_lines`.
 const READ_BUFFER: usize = 1 << 20;
 
 /// What stdin's and stdout's pipes are asked to hold: a whole 1 MiB binary
@@ -53,37 +53,46 @@ pub fn widen_pipes() {
     }
 }
 
-/// Reads lines from `input` on a thread of its own and hands them over one at
-/// a time: plain blocking reads of up to 1 MiB straight into the line buffer
-/// (tokio's stdin would read 64 KiB at a time on its blocking pool and copy
-/// each read once more), and the next line is read while the server handles
-/// this one. The channel closes at end of input; an error is the last item.
-pub fn spawn_reader<R: std::io::Read + Send + 'static>(
+/// Reads lines from `input` on the calling thread and hands each to `each`
+/// until it says stop (false), the input ends or a read fails (the error is
+/// the last item): plain blocking reads of up to 1 MiB straight into the line
+/// buffer (tokio's stdin would read 64 KiB at a time on its blocking pool and
+/// copy each read once more). A binary frame's header comes with its bytes
+/// (`Line::Framed`).
+pub fn read_lines<R: Read>(
+    input: R,
+    cap: usize,
+    mut each: impl FnMut(std::io::Result<Line>) -> bool,
+) {
+    let buffered = std::io::BufReader::with_capacity(READ_BUFFER, input);
+    let mut reader = LineReader::new(buffered, cap);
+    loop {
+        let item = match reader.next_line() {
+            Ok(Some(Line::Complete(line))) => match frame_length(&line) {
+                Some(n) => reader.tail(line, n),
+                None => Ok(Line::Complete(line)),
+            },
+            Ok(Some(line)) => Ok(line),
+            Ok(None) => return,
+            Err(e) => Err(e),
+        };
+        let failed = item.is_err();
+        if !each(item) || failed {
+            return;
+        }
+    }
+}
+
+/// [`read_lines`] on a thread of its own, one line ahead of the receiver. The
+/// channel closes at end of input; an error is the last item.
+pub fn spawn_reader<R: Read + Send + 'static>(
     input: R,
     cap: usize,
 ) -> mpsc::Receiver<std::io::Result<Line>> {
     let (tx, rx) = mpsc::channel(1);
     std::thread::Builder::new()
         .name("epp-stdin".into())
-        .spawn(move || {
-            let buffered = std::io::BufReader::with_capacity(READ_BUFFER, input);
-            let mut reader = LineReader::new(buffered, cap);
-            loop {
-                let item = match reader.next_line() {
-                    Ok(Some(Line::Complete(line))) => match frame_length(&line) {
-                        Some(n) => reader.tail(line, n),
-                        None => Ok(Line::Complete(line)),
-                    },
-                    Ok(Some(line)) => Ok(line),
-                    Ok(None) => return,
-                    Err(e) => Err(e),
-                };
-                let failed = item.is_err();
-                if tx.blocking_send(item).is_err() || failed {
-                    return;
-                }
-            }
-        })
+        .spawn(move || read_lines(input, cap, |item| tx.blocking_send(item).is_ok()))
         .expect("spawning the stdin reader thread");
     rx
 }
