@@ -148,10 +148,10 @@ fn main() -> ExitCode {
 }
 
 fn async_main(fut: impl std::future::Future<Output = Result<ExitCode>>) -> Result<ExitCode> {
-    // Two workers, not one: one thread would save ~25 % CPU per call (half the
-    // context switches) but added ~1 ms to `commands.run` at p50 in every other
-    // round, the request, its connection and its read-ahead no longer
-    // overlapping (bench/profiling.md, issue 24).
+    // A worker per CPU (tokio's default; two on the benchmark machine), not
+    // one: one worker saves 15-25 % CPU per call (fewer context switches) but
+    // added ~1 ms to `commands.run` at p50 there, in the second, third and
+    // seventh passes of issue 24 alike (bench/profiling.md).
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -280,6 +280,7 @@ async fn run(wasm: std::path::PathBuf, host: HostArgs, env: EnvSnapshot) -> Resu
     // stuck stdout.
     let writer = tokio::task::spawn_blocking(move || writer.join());
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), writer).await;
-    // stdin's reader thread may still be blocked in read(2): exit without waiting.
+    // Exit without tearing the runtime and its threads down (the stdin reader
+    // has stopped, or stops after the line it is handling).
     std::process::exit(0);
 }

@@ -102,7 +102,7 @@ pub struct Server {
     params: Arc<Semaphore>,
     background: Arc<Mutex<tokio::task::JoinSet<()>>>,
     shutdown: Notify,
-    /// Set with `shutdown`: the reader stops at the next line.
+    /// Set with `shutdown`: the reader reads no further line.
     stopping: AtomicBool,
 }
 
@@ -158,7 +158,14 @@ impl Server {
             })
             .expect("spawning the stdin reader thread");
         tokio::select! {
-            _ = done_rx => {}
+            done = done_rx => {
+                // The reader dropped its sender without sending: a line's
+                // handling panicked there (the message is on stderr). Fail as
+                // that panic would have on this thread, not as end of input.
+                if done.is_err() {
+                    panic!("the stdin reader thread panicked");
+                }
+            }
             _ = self.shutdown.notified() => {}
         }
         self.drain().await;
