@@ -411,10 +411,17 @@ impl Server {
             span.record("sandbox_id", sandbox);
         }
         let fut = async move {
-            server.run(id, method, params, rx, input_rx).await;
+            let (ctx, answer) = server.run(id.clone(), method, params, rx, input_rx).await;
+            // For the client the request ends when it reads the answer, and it
+            // may send the next one (or use the id again) at once: its slot
+            // and its id are free before the answer goes out. Freed after it,
+            // a client waiting for each answer saw E9001 at --max-concurrent 1
+            // and E1001 for an id used again in 8-16 % of calls.
             drop(permit);
             drop(held);
             server.inflight.lock().expect("lock").remove(&key);
+            server.out.respond(id, answer).await;
+            ctx.mark_answered();
             server.finished.notify_waiters();
         }
         .instrument(span);
@@ -423,6 +430,7 @@ impl Server {
         tokio::spawn(Box::pin(fut));
     }
 
+    /// Runs a request to its answer, which the caller sends.
     async fn run(
         &self,
         id: Value,
@@ -430,12 +438,12 @@ impl Server {
         params: Map<String, Value>,
         cancel: oneshot::Receiver<()>,
         input: Option<Input>,
-    ) {
+    ) -> (CallCtx, Result<Value, RpcError>) {
         let ctx = CallCtx::new(
             self.runtime.clone(),
             self.codec.clone(),
             self.out.clone(),
-            id.clone(),
+            id,
             self.opts.max_output_bytes,
             self.background.clone(),
         )
@@ -467,8 +475,7 @@ impl Server {
                 "answered with an error"
             ),
         }
-        self.out.respond(id, result).await;
-        ctx.mark_answered();
+        (ctx, result)
     }
 
     /// Resolves when no request is in flight.
