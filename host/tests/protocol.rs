@@ -547,7 +547,7 @@ fn no_line_after_epp_shutdown_is_read() {
 fn a_slot_and_an_id_are_free_once_answered() {
     // A client that sends each request as soon as the previous answer arrives
     // never has two in flight: neither the one slot of --max-concurrent 1 nor
-    // an id used again may be refused (both once were, in 8-16 % of calls,
+    // an id used again may be refused (both once were, in 4-16 % of calls,
     // when they were freed only after the answer went out).
     let mut host = HostBuilder::new().args(["--max-concurrent", "1"]).spawn();
     for n in 0..2000 {
