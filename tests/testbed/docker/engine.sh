@@ -356,6 +356,11 @@ engine_isolate_bridge() {
 	ip rule add pref "$ENGINE_RULE_PREF" iif "$ENGINE_BRIDGE" unreachable
 }
 
+# engine_bridge_mac: a random unicast, locally administered MAC address (02:…).
+engine_bridge_mac() {
+	printf '02:%s\n' "$(od -An -N5 -tx1 /dev/urandom | tr -s ' \n' ':' | sed 's/^://; s/:$//')"
+}
+
 # engine_proc_start PID: when PID started (clock ticks after boot; nothing if it is
 # gone or a zombie): a pid and its start time name one process, even after the pid
 # is reused.
@@ -439,7 +444,13 @@ engine_start() {
 	engine_lock
 	ENGINE_NET=$(engine_free_net)
 	engine_record
-	ip link add "$ENGINE_BRIDGE" type bridge
+	# A bridge with no address of its own takes the lowest of its ports' addresses,
+	# so it changes as containers come and go; a container keeps the old one for its
+	# gateway (the host) until its ARP entry goes stale, and meanwhile what it sends
+	# the host is lost: connections to other sandboxes stalled for 20-60 s whenever
+	# one was removed. A fixed, locally administered address, as dockerd gives the
+	# bridges it makes.
+	ip link add "$ENGINE_BRIDGE" address "$(engine_bridge_mac)" type bridge
 	ip addr add "$ENGINE_NET.1/24" dev "$ENGINE_BRIDGE"
 	ip link set "$ENGINE_BRIDGE" up
 	engine_isolate_bridge
