@@ -203,11 +203,8 @@ impl PtyStream {
         loop {
             let message = match websocket::receive(&self.key) {
                 Ok(Some(message)) => message,
-                Ok(None) => return self.closed(None),
-                Err(e) => {
-                    self.closed(None)?;
-                    return Err(e.into());
-                }
+                Ok(None) => return Err(self.ended(None, None)),
+                Err(e) => return Err(self.ended(None, Some(e.into()))),
             };
             self.renew();
             match message {
@@ -236,7 +233,7 @@ impl PtyStream {
                         _ => continue,
                     }
                 }
-                Message::Close((code, _)) => return self.closed(Some(code)),
+                Message::Close((code, _)) => return Err(self.ended(Some(code), None)),
             }
         }
     }
@@ -284,18 +281,23 @@ impl PtyStream {
         }
     }
 
-    /// The connection is over (closed with `code`, or gone): the end of the
-    /// stream, or, when a `pty.connect` took the terminal, an error that says
-    /// so: here if another key of this process holds it now, elsewhere if execd
-    /// closed this one with 4001 `TAKEN_OVER`.
-    fn closed(&self, code: Option<u16>) -> Result<Option<PtyEvent>> {
+    /// The connection is over before execd said how the shell ended (closed
+    /// with `code`, or gone with `cause`, or neither): an error either way,
+    /// since the exit code is lost. When a `pty.connect` took the terminal
+    /// (another key of this process holds it now, or execd closed this one
+    /// with 4001 `TAKEN_OVER`), the error says so; otherwise it is `cause`, or
+    /// says what became of the shell. execd always sends the exit frame
+    /// before its close, but opensandbox-server's proxy can drop it: a frame
+    /// from the client that reaches the proxy after execd closed makes the
+    /// proxy give up on the connection (1011) before passing the last frames on.
+    fn ended(&self, code: Option<u16>, cause: Option<Error>) -> Error {
         self.gone.set(true);
         self.exited.set(true);
         let here =
             recorded_holder(&self.sandbox_id, &self.pty_id).is_some_and(|(key, _)| key != self.key);
         if code != Some(4001) && !here {
             self.forget_holder();
-            return Ok(None);
+            return cause.unwrap_or_else(|| self.exit_lost(code));
         }
         let by = if here {
             "a later pty.connect in this epp-host process"
@@ -303,12 +305,32 @@ impl PtyStream {
             self.forget_holder();
             "a pty.connect elsewhere (another epp-host process, or another client of execd)"
         };
-        Err(error::conflict(format!(
+        error::conflict(format!(
             "terminal {} of sandbox {} was taken over by {by}: its output now goes there, and \
              its input and resizes come from there; the shell keeps running. To use it from \
              here again, call pty.connect here (which takes it back)",
             self.pty_id, self.sandbox_id
-        )))
+        ))
+    }
+
+    /// The connection closed (with `code`) without an exit frame: what became
+    /// of the shell, asked of execd (one request, on this rare path).
+    fn exit_lost(&self, code: Option<u16>) -> Error {
+        let closed = match code {
+            Some(code) => format!("closed with code {code}"),
+            None => "ended".to_string(),
+        };
+        let shell = match Execd::connect(&self.sandbox_id)
+            .and_then(|mut execd| check_running(&mut execd, &self.pty_id))
+        {
+            Ok(()) => "its shell still runs; pty.connect attaches it again".to_string(),
+            Err(e) => e.message,
+        };
+        error::upstream(format!(
+            "the connection to terminal {} of sandbox {} {closed} before execd said how the \
+             shell ended, so its exit code is unknown: {shell}",
+            self.pty_id, self.sandbox_id
+        ))
     }
 }
 
@@ -501,6 +523,7 @@ pub fn create(req: PtyRequest) -> Result<(String, PtyStream)> {
     let mut execd = Execd::connect(&req.sandbox_id)?;
     let user = users::of_request(&mut execd, req.user.as_deref())?;
     let command = program(&req.envs, req.cmd.as_deref(), user.as_ref())?;
+    let (command, resize) = sized(command, req.cmd.is_some(), req.cols, req.rows);
     let pty_id = open(
         &mut execd,
         req.cwd.as_deref(),
@@ -516,11 +539,38 @@ pub fn create(req: PtyRequest) -> Result<(String, PtyStream)> {
     )?;
     record_holder(&req.sandbox_id, &pty_id, &key);
     let stream = PtyStream::new(&req.sandbox_id, &pty_id, key.clone(), Vec::new());
-    send_json(
-        &key,
-        serde_json::json!({"type": "resize", "cols": req.cols, "rows": req.rows}),
-    )?;
+    if resize {
+        send_json(
+            &key,
+            serde_json::json!({"type": "resize", "cols": req.cols, "rows": req.rows}),
+        )?;
+    }
     Ok((pty_id, stream))
+}
+
+/// The size execd gives every terminal it starts.
+const INITIAL_SIZE: (u16, u16) = (80, 24);
+
+/// A new terminal's program set to `cols`×`rows`, and whether a resize frame
+/// must still follow the connect. A `cmd` (`has_cmd`) sets its size itself
+/// with `stty` before it starts, so it sees its size from its first
+/// instruction, and no frame from us can reach opensandbox-server's proxy as
+/// it exits (the proxy then drops the exit frame: [`PtyStream::ended`]). An
+/// interactive shell waits for input, so a frame is safe, and it needs no
+/// `stty`. At execd's own size nothing is sent or added.
+fn sized(command: Option<String>, has_cmd: bool, cols: u16, rows: u16) -> (Option<String>, bool) {
+    if (cols, rows) == INITIAL_SIZE {
+        return (command, false);
+    }
+    match command {
+        Some(command) if has_cmd => (
+            Some(format!(
+                "stty cols {cols} rows {rows} 2>/dev/null; {command}"
+            )),
+            false,
+        ),
+        command => (command, true),
+    }
 }
 
 /// `POST /pty`: a new terminal (or, in pipe mode, a stdin command) running
@@ -661,6 +711,23 @@ mod tests {
             "{line}"
         );
         assert!(program(&[("1A".into(), "x".into())], None, Some(&user)).is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        let cmd = Some("top".to_string());
+        assert_eq!(sized(cmd.clone(), true, 80, 24), (cmd.clone(), false));
+        assert_eq!(
+            sized(cmd.clone(), true, 100, 40),
+            (
+                Some("stty cols 100 rows 40 2>/dev/null; top".to_string()),
+                false
+            )
+        );
+        // An interactive shell: a resize frame, whatever runs it.
+        assert_eq!(sized(None, false, 100, 40), (None, true));
+        assert_eq!(sized(cmd.clone(), false, 100, 40), (cmd, true));
+        assert_eq!(sized(None, false, 80, 24), (None, false));
     }
 
     #[test]

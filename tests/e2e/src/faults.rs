@@ -48,6 +48,11 @@ pub enum Fault {
     /// away first: the request was carried out, its answer is late.
     /// [`FaultProxy::wait_held`] waits until an answer is held.
     Hold,
+    /// A WebSocket upgrade: forward the testbed's `101` head, then, instead of
+    /// anything the testbed sends, a close frame with this code, as
+    /// opensandbox-server's proxy sends when it gives up on a connection
+    /// (1011): what came after the handshake is lost.
+    CloseFrame(u16),
 }
 
 /// An answer the proxy holds ([`Fault::Hold`]).
@@ -628,6 +633,17 @@ fn handle(shared: Arc<Shared>, mut client: TcpStream) {
     }
     if client.write_all(&head).is_err() {
         reset(&upstream);
+        return;
+    }
+    if let Some(Fault::CloseFrame(code)) = fault {
+        let [high, low] = code.to_be_bytes();
+        let _ = client.write_all(&[0x88, 2, high, low]);
+        // Only our side ends: the client answers the close and hangs up, and
+        // nothing it sent is left unread (which would reset its connection
+        // before it read the frame).
+        let _ = client.shutdown(Shutdown::Write);
+        let _ = pump.join();
+        let _ = upstream.shutdown(Shutdown::Both);
         return;
     }
     let cut = match &fault {

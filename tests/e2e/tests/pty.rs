@@ -2,7 +2,9 @@
 //! pty.connect from another process (replay, then live output; input and resize
 //! from there; the previous holder told it was taken over).
 
-use epp_e2e::{Host, Mode, b64d, b64e, both_modes, unique, wait_until};
+use epp_e2e::{
+    Fault, FaultProxy, Host, HostBuilder, Mode, b64d, b64e, both_modes, unique, wait_until,
+};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -58,6 +60,13 @@ fn wait_exit(host: &Host, pty: &str) -> Value {
     .unwrap_or_else(|| panic!("no pty.exit for {pty}"))
 }
 
+/// Waits for the terminal's `pty.exit` and checks its code (the whole note in
+/// the failure: its `error` says why a code is missing).
+fn assert_exit(host: &Host, pty: &str, code: i64) {
+    let exit = wait_exit(host, pty);
+    assert_eq!(exit["params"]["exit_code"], code, "{exit}");
+}
+
 fn terminal(mode: Mode) {
     let host = Host::start(mode);
     let id = host.create_sandbox();
@@ -102,6 +111,62 @@ fn terminal(mode: Mode) {
 }
 both_modes!(echo_resize_and_exit_code, super::terminal);
 
+/// A `cmd` runs at the requested size from its start: it is set before the
+/// program runs, not by a frame after the connect that could race its exit.
+fn command_size(mode: Mode) {
+    let host = Host::start(mode);
+    let id = host.create_sandbox();
+    let pty = host.ok(
+        "pty.create",
+        json!({"sandbox_id": id, "cols": 100, "rows": 40, "cmd": "stty size; exit 3"}),
+    )["pty_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_exit(&host, &pty, 3);
+    assert!(
+        output(&host, &pty).contains("40 100"),
+        "{}",
+        output(&host, &pty)
+    );
+}
+both_modes!(a_command_starts_at_its_size, super::command_size);
+
+/// A connection that ends without execd's exit frame (opensandbox-server's
+/// proxy gives up on a connection with 1011 and drops what was left; here the
+/// fault proxy does it right after the handshake): `pty.exit` has no code and
+/// an error saying why and that the shell still runs, and `pty.connect`
+/// attaches it again, up to its real exit.
+#[test]
+fn a_lost_exit_frame_is_told() {
+    let proxy = FaultProxy::testbed();
+    let host = HostBuilder::new(Mode::Proxy).via(&proxy).spawn();
+    let id = host.create_sandbox();
+    proxy.fault("GET", "/ws", Fault::CloseFrame(1011), 1);
+    let pty = host.ok("pty.create", json!({"sandbox_id": id}))["pty_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let exit = wait_exit(&host, &pty);
+    assert_eq!(exit["params"]["exit_code"], Value::Null, "{exit}");
+    let error = exit["params"]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("closed with code 1011") && error.contains("its shell still runs"),
+        "{exit}"
+    );
+
+    host.ok("pty.connect", json!({"sandbox_id": id, "pty_id": pty}));
+    type_in(&host, &id, &pty, "exit 5\n");
+    let exit = host
+        .wait_note(Duration::from_secs(20), |n| {
+            n["method"] == "pty.exit"
+                && n["params"]["pty_id"] == pty
+                && n["params"]["exit_code"] != Value::Null
+        })
+        .unwrap_or_else(|| panic!("no second pty.exit: {:?}", host.notes()));
+    assert_eq!(exit["params"]["exit_code"], 5, "{exit}");
+}
+
 fn kill_and_env(mode: Mode) {
     let host = Host::start(mode);
     let id = host.create_sandbox();
@@ -145,7 +210,7 @@ fn as_user(host: Host, user: &str, home: &str) {
     type_in(&host, &id, &pty, "echo \"<$(id -un)|$HOME|$USER|$MARK>\"\n");
     wait_output(&host, &pty, &format!("\n<{user}|{home}|{user}|m>"));
     type_in(&host, &id, &pty, "exit 4\n");
-    assert_eq!(wait_exit(&host, &pty)["params"]["exit_code"], 4);
+    assert_exit(&host, &pty, 4);
 
     let pty = host.ok(
         "pty.create",
@@ -154,7 +219,7 @@ fn as_user(host: Host, user: &str, home: &str) {
         .as_str()
         .unwrap()
         .to_string();
-    assert_eq!(wait_exit(&host, &pty)["params"]["exit_code"], 6);
+    assert_exit(&host, &pty, 6);
     assert!(
         output(&host, &pty).contains(&format!("[{user}]")),
         "{}",
@@ -170,7 +235,7 @@ fn as_user(host: Host, user: &str, home: &str) {
         .as_str()
         .unwrap()
         .to_string();
-    assert_eq!(wait_exit(&host, &pty)["params"]["exit_code"], 0);
+    assert_exit(&host, &pty, 0);
     assert!(
         output(&host, &pty).contains(&format!("[/nonexistent|{user}]")),
         "{}",
@@ -317,7 +382,7 @@ fn connect(first: Host, second: Host, third: Host) {
         .as_str()
         .unwrap()
         .to_string();
-    assert_eq!(wait_exit(&first, &done)["params"]["exit_code"], 0);
+    assert_exit(&first, &done, 0);
     let e = second.fails(
         "pty.connect",
         json!({"sandbox_id": id, "pty_id": done}),
@@ -510,7 +575,7 @@ fn kill_elsewhere(first: Host, second: Host) {
         .unwrap()
         .to_string();
     type_in(&first, &id, &other, "kill -KILL $$\n");
-    assert_eq!(wait_exit(&first, &other)["params"]["exit_code"], -1);
+    assert_exit(&first, &other, -1);
 }
 
 fn kill_elsewhere_local(mode: Mode) {
