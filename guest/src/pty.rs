@@ -285,8 +285,8 @@ impl PtyStream {
     /// with `code`, or gone with `cause`, or neither): an error either way,
     /// since the exit code is lost. When a `pty.connect` took the terminal
     /// (another key of this process holds it now, or execd closed this one
-    /// with 4001 `TAKEN_OVER`), the error says so; otherwise it is `cause`, or
-    /// says what became of the shell. execd always sends the exit frame
+    /// with 4001 `TAKEN_OVER`), the error says so; otherwise it says how the
+    /// connection ended (`cause`) and what became of the shell. execd always sends the exit frame
     /// before its close, but opensandbox-server's proxy can drop it: a frame
     /// from the client that reaches the proxy after execd closed makes the
     /// proxy give up on the connection (1011) before passing the last frames on.
@@ -297,7 +297,7 @@ impl PtyStream {
             recorded_holder(&self.sandbox_id, &self.pty_id).is_some_and(|(key, _)| key != self.key);
         if code != Some(4001) && !here {
             self.forget_holder();
-            return cause.unwrap_or_else(|| self.exit_lost(code));
+            return self.exit_lost(code, cause);
         }
         let by = if here {
             "a later pty.connect in this epp-host process"
@@ -313,24 +313,34 @@ impl PtyStream {
         ))
     }
 
-    /// The connection closed (with `code`) without an exit frame: what became
-    /// of the shell, asked of execd (one request, on this rare path).
-    fn exit_lost(&self, code: Option<u16>) -> Error {
-        let closed = match code {
-            Some(code) => format!("closed with code {code}"),
-            None => "ended".to_string(),
+    /// The connection closed (with `code`) or failed (`cause`) without an exit
+    /// frame: the error, with what became of the shell, asked of execd (one
+    /// request, on this rare path). Not when the host forgot the connection
+    /// itself (neither: it is shutting down).
+    fn exit_lost(&self, code: Option<u16>, cause: Option<Error>) -> Error {
+        let (kind, ended) = match (code, &cause) {
+            (_, Some(cause)) => (cause.kind, format!("failed ({})", cause.message)),
+            (Some(code), None) => (Kind::Upstream, format!("closed with code {code}")),
+            (None, None) => (Kind::Upstream, "was closed by the host".to_string()),
         };
-        let shell = match Execd::connect(&self.sandbox_id)
-            .and_then(|mut execd| check_running(&mut execd, &self.pty_id))
-        {
-            Ok(()) => "its shell still runs; pty.connect attaches it again".to_string(),
-            Err(e) => e.message,
+        let shell = if code.is_none() && cause.is_none() {
+            String::new()
+        } else {
+            match Execd::connect(&self.sandbox_id)
+                .and_then(|mut execd| check_running(&mut execd, &self.pty_id))
+            {
+                Ok(()) => ": its shell still runs; pty.connect attaches it again".to_string(),
+                Err(e) => format!(": {}", e.message),
+            }
         };
-        error::upstream(format!(
-            "the connection to terminal {} of sandbox {} {closed} before execd said how the \
-             shell ended, so its exit code is unknown: {shell}",
-            self.pty_id, self.sandbox_id
-        ))
+        Error::new(
+            kind,
+            format!(
+                "the connection to terminal {} of sandbox {} {ended} before execd said how the \
+                 shell ended, so its exit code is unknown{shell}",
+                self.pty_id, self.sandbox_id
+            ),
+        )
     }
 }
 
@@ -523,7 +533,7 @@ pub fn create(req: PtyRequest) -> Result<(String, PtyStream)> {
     let mut execd = Execd::connect(&req.sandbox_id)?;
     let user = users::of_request(&mut execd, req.user.as_deref())?;
     let command = program(&req.envs, req.cmd.as_deref(), user.as_ref())?;
-    let (command, resize) = sized(command, req.cmd.is_some(), req.cols, req.rows);
+    let (command, resize) = sized(command, req.cols, req.rows);
     let pty_id = open(
         &mut execd,
         req.cwd.as_deref(),
@@ -552,24 +562,23 @@ pub fn create(req: PtyRequest) -> Result<(String, PtyStream)> {
 const INITIAL_SIZE: (u16, u16) = (80, 24);
 
 /// A new terminal's program set to `cols`×`rows`, and whether a resize frame
-/// must still follow the connect. A `cmd` (`has_cmd`) sets its size itself
-/// with `stty` before it starts, so it sees its size from its first
-/// instruction, and no frame from us can reach opensandbox-server's proxy as
-/// it exits (the proxy then drops the exit frame: [`PtyStream::ended`]). An
-/// interactive shell waits for input, so a frame is safe, and it needs no
-/// `stty`. At execd's own size nothing is sent or added.
-fn sized(command: Option<String>, has_cmd: bool, cols: u16, rows: u16) -> (Option<String>, bool) {
-    if (cols, rows) == INITIAL_SIZE {
-        return (command, false);
-    }
+/// must still follow the connect. A program of ours (a `cmd`, variables, a
+/// user) sets its size itself with `stty` before it starts, so it sees its
+/// size from its first instruction, and no frame from us can reach
+/// opensandbox-server's proxy as it exits (even at once: `setpriv` missing),
+/// which makes the proxy drop the exit frame ([`PtyStream::ended`]). execd's
+/// own shell (no program) waits for input, so a frame is safe. At execd's own
+/// size nothing is sent or added.
+fn sized(command: Option<String>, cols: u16, rows: u16) -> (Option<String>, bool) {
     match command {
-        Some(command) if has_cmd => (
+        _ if (cols, rows) == INITIAL_SIZE => (command, false),
+        Some(command) => (
             Some(format!(
                 "stty cols {cols} rows {rows} 2>/dev/null; {command}"
             )),
             false,
         ),
-        command => (command, true),
+        None => (None, true),
     }
 }
 
@@ -716,18 +725,17 @@ mod tests {
     #[test]
     fn sizes() {
         let cmd = Some("top".to_string());
-        assert_eq!(sized(cmd.clone(), true, 80, 24), (cmd.clone(), false));
+        assert_eq!(sized(cmd.clone(), 80, 24), (cmd.clone(), false));
         assert_eq!(
-            sized(cmd.clone(), true, 100, 40),
+            sized(cmd, 100, 40),
             (
                 Some("stty cols 100 rows 40 2>/dev/null; top".to_string()),
                 false
             )
         );
-        // An interactive shell: a resize frame, whatever runs it.
-        assert_eq!(sized(None, false, 100, 40), (None, true));
-        assert_eq!(sized(cmd.clone(), false, 100, 40), (cmd, true));
-        assert_eq!(sized(None, false, 80, 24), (None, false));
+        // execd's own shell: a resize frame, at another size only.
+        assert_eq!(sized(None, 100, 40), (None, true));
+        assert_eq!(sized(None, 80, 24), (None, false));
     }
 
     #[test]

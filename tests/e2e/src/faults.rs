@@ -51,7 +51,8 @@ pub enum Fault {
     /// A WebSocket upgrade: forward the testbed's `101` head, then, instead of
     /// anything the testbed sends, a close frame with this code, as
     /// opensandbox-server's proxy sends when it gives up on a connection
-    /// (1011): what came after the handshake is lost.
+    /// (1011): what came after the handshake is lost. Any other answer to the
+    /// upgrade passes untouched.
     CloseFrame(u16),
 }
 
@@ -635,7 +636,9 @@ fn handle(shared: Arc<Shared>, mut client: TcpStream) {
         reset(&upstream);
         return;
     }
-    if let Some(Fault::CloseFrame(code)) = fault {
+    if let Some(Fault::CloseFrame(code)) = fault
+        && status_of(&head) == 101
+    {
         let [high, low] = code.to_be_bytes();
         let _ = client.write_all(&[0x88, 2, high, low]);
         // Only our side ends: the client answers the close and hangs up, and

@@ -214,14 +214,15 @@ fn as_user(host: Host, user: &str, home: &str) {
 
     let pty = host.ok(
         "pty.create",
-        json!({"sandbox_id": id, "user": user, "cmd": "echo \"[$(id -un)]\"; exit 6"}),
+        json!({"sandbox_id": id, "user": user, "cols": 100, "rows": 40,
+            "cmd": "echo \"[$(id -un)|$(stty size)]\"; exit 6"}),
     )["pty_id"]
         .as_str()
         .unwrap()
         .to_string();
     assert_exit(&host, &pty, 6);
     assert!(
-        output(&host, &pty).contains(&format!("[{user}]")),
+        output(&host, &pty).contains(&format!("[{user}|40 100]")),
         "{}",
         output(&host, &pty)
     );
