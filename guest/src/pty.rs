@@ -11,6 +11,11 @@
 //! recorded host-wide ([`holder_key`]): input, resize and a connect's take-over
 //! use that one, and a stream whose connection ended while another key holds
 //! the terminal reports that a `pty.connect` here took it.
+//!
+//! A stream counts the bytes of output it delivered (absolute offsets, from
+//! 0 or from a replay's), so a connection that drops while the shell runs is
+//! attached again under the same key from where it stood
+//! ([`PtyStream::reattach`]).
 
 use crate::bindings::abx::epp::memo;
 use crate::bindings::abx::epp::websocket::{self, Message};
@@ -22,7 +27,7 @@ use crate::http::encode;
 use crate::lifecycle::check_id;
 use crate::models::PtyCreated;
 use crate::shell;
-use crate::time::now_unix;
+use crate::time::{now_unix, sleep_ms};
 use crate::users::{self, User};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -134,12 +139,23 @@ fn send_json(key: &str, value: serde_json::Value) -> Result<()> {
     Ok(websocket::send(key, &Message::Text(value.to_string()))?)
 }
 
-/// The output in a binary frame, and whether it is live: 0x01 stdout, 0x02
-/// stderr (pipe mode), 0x03 replay (an 8-byte offset first).
-fn output_of(frame: &[u8]) -> Option<(Vec<u8>, bool)> {
+/// Terminal output in a binary frame.
+#[derive(Debug, PartialEq)]
+enum Output {
+    /// 0x01 stdout, 0x02 stderr (pipe mode).
+    Live(Vec<u8>),
+    /// 0x03: what execd kept, from the absolute offset (8 bytes, big-endian)
+    /// of its first byte.
+    Replay(u64, Vec<u8>),
+}
+
+fn output_of(frame: &[u8]) -> Option<Output> {
     match frame.first() {
-        Some(1) | Some(2) if frame.len() > 1 => Some((frame[1..].to_vec(), true)),
-        Some(3) if frame.len() > 9 => Some((frame[9..].to_vec(), false)),
+        Some(1) | Some(2) if frame.len() > 1 => Some(Output::Live(frame[1..].to_vec())),
+        Some(3) if frame.len() > 9 => {
+            let at = u64::from_be_bytes(frame[1..9].try_into().ok()?);
+            Some(Output::Replay(at, frame[9..].to_vec()))
+        }
         _ => None,
     }
 }
@@ -178,10 +194,28 @@ pub struct PtyStream {
     gone: Cell<bool>,
     /// When this stream last looked whether its holder record needs renewing.
     renew_at: Cell<u64>,
+    /// The absolute offset of the next byte of output (what a reattach asks
+    /// execd to replay from); none when it is not known.
+    offset: Cell<Option<u64>>,
+    /// Reattaches since something last came over the connection.
+    reattaches: Cell<u32>,
 }
 
+/// Reattaches in a row, with nothing received between them, before the
+/// stream gives up ([`PtyStream::reattach`]).
+const REATTACH_TRIES: u32 = 3;
+/// The waits for execd to let go of a dropped connection: until it has, it
+/// answers another attach 409.
+const LET_GO_WAITS_MS: [u64; 4] = [50, 150, 300, 500];
+
 impl PtyStream {
-    fn new(sandbox_id: &str, pty_id: &str, key: String, early: Vec<Vec<u8>>) -> PtyStream {
+    fn new(
+        sandbox_id: &str,
+        pty_id: &str,
+        key: String,
+        early: Vec<Vec<u8>>,
+        offset: Option<u64>,
+    ) -> PtyStream {
         PtyStream {
             sandbox_id: sandbox_id.to_string(),
             pty_id: pty_id.to_string(),
@@ -190,6 +224,8 @@ impl PtyStream {
             exited: Cell::new(false),
             gone: Cell::new(false),
             renew_at: Cell::new(now_unix() + RENEW_S),
+            offset: Cell::new(offset),
+            reattaches: Cell::new(0),
         }
     }
 
@@ -197,20 +233,37 @@ impl PtyStream {
         if self.exited.get() {
             return Ok(None);
         }
-        if let Some(output) = self.early.borrow_mut().pop_front() {
-            return Ok(Some(PtyEvent::Output(output)));
-        }
         loop {
+            if let Some(output) = self.early.borrow_mut().pop_front() {
+                return Ok(Some(PtyEvent::Output(output)));
+            }
             let message = match websocket::receive(&self.key) {
+                Ok(Some(Message::Close((code, _)))) => {
+                    self.on_end(Some(code), None)?;
+                    continue;
+                }
                 Ok(Some(message)) => message,
-                Ok(None) => return Err(self.ended(None, None)),
-                Err(e) => return Err(self.ended(None, Some(e.into()))),
+                Ok(None) => {
+                    self.on_end(None, None)?;
+                    continue;
+                }
+                Err(e) => {
+                    self.on_end(None, Some(e.into()))?;
+                    continue;
+                }
             };
+            self.reattaches.set(0);
             self.renew();
             match message {
                 Message::Binary(frame) => match output_of(&frame) {
-                    Some((output, _)) => return Ok(Some(PtyEvent::Output(output))),
-                    None => continue,
+                    Some(Output::Live(output)) => {
+                        self.offset
+                            .set(self.offset.get().map(|at| at + output.len() as u64));
+                        return Ok(Some(PtyEvent::Output(output)));
+                    }
+                    // Replays come only before `connected`, which the
+                    // stream's connect waited for.
+                    Some(Output::Replay(..)) | None => continue,
                 },
                 Message::Text(text) => {
                     let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) else {
@@ -233,7 +286,73 @@ impl PtyStream {
                         _ => continue,
                     }
                 }
-                Message::Close((code, _)) => return Err(self.ended(Some(code), None)),
+                Message::Close(_) => continue,
+            }
+        }
+    }
+
+    /// The connection ended (closed with `code`, or failed with `cause`)
+    /// without an exit frame: reattached, or the error that ends the stream.
+    fn on_end(&self, code: Option<u16>, cause: Option<Error>) -> Result<()> {
+        if self.reattach(code, cause.is_some()) {
+            return Ok(());
+        }
+        Err(self.ended(code, cause))
+    }
+
+    /// Attaches the terminal to this stream's key again, from the byte it had
+    /// reached, when the connection dropped while the shell runs: nothing is
+    /// lost or repeated as long as execd still keeps it (its last 1 MiB). A
+    /// plain attach, never a take-over, so a client that attached in between
+    /// keeps the terminal; execd answers 409 until it lets go of the dropped
+    /// connection, which [`LET_GO_WAITS_MS`] waits for. Not when a
+    /// `pty.connect` took the terminal (4001, or another key of this process
+    /// holds it), when the host forgot the key itself (it is shutting down),
+    /// when where the stream stands is not known, or after
+    /// [`REATTACH_TRIES`] in a row.
+    fn reattach(&self, code: Option<u16>, failed: bool) -> bool {
+        let here =
+            recorded_holder(&self.sandbox_id, &self.pty_id).is_some_and(|(key, _)| key != self.key);
+        let Some(offset) = self.offset.get() else {
+            return false;
+        };
+        if code == Some(4001)
+            || here
+            || (code.is_none() && !failed)
+            || self.reattaches.get() >= REATTACH_TRIES
+        {
+            return false;
+        }
+        self.reattaches.set(self.reattaches.get() + 1);
+        let Ok(mut execd) = Execd::connect(&self.sandbox_id) else {
+            return false;
+        };
+        let url = execd.ws_url(&format!("/pty/{}/ws?since={offset}", self.pty_id));
+        let mut waits = LET_GO_WAITS_MS.iter();
+        loop {
+            // Each time: attaching to a shell that ended starts a new one.
+            if !status(&mut execd, &self.pty_id).is_ok_and(|s| s.running) {
+                return false;
+            }
+            match websocket::connect(&self.key, &url, execd.headers()) {
+                Ok(()) => break,
+                Err(e) if e.http_status == Some(409) => match waits.next() {
+                    Some(ms) => sleep_ms(*ms),
+                    None => return false,
+                },
+                Err(_) => return false,
+            }
+        }
+        match until_attached(&self.key, &self.sandbox_id, &self.pty_id) {
+            Ok(attached) => {
+                let (early, next) = attached.from(offset);
+                self.offset.set(Some(next));
+                self.early.borrow_mut().extend(early);
+                true
+            }
+            Err(_) => {
+                websocket::close(&self.key, 1000, "not attached");
+                false
             }
         }
     }
@@ -282,8 +401,9 @@ impl PtyStream {
     }
 
     /// The connection is over before execd said how the shell ended (closed
-    /// with `code`, or gone with `cause`, or neither): an error either way,
-    /// since the exit code is lost. When a `pty.connect` took the terminal
+    /// with `code`, or gone with `cause`, or neither) and was not attached
+    /// again ([`PtyStream::reattach`]): an error either way, since the exit
+    /// code is lost. When a `pty.connect` took the terminal
     /// (another key of this process holds it now, or execd closed this one
     /// with 4001 `TAKEN_OVER`), the error says so; otherwise it says how the
     /// connection ended (`cause`) and what became of the shell. execd always sends the exit frame
@@ -329,7 +449,7 @@ impl PtyStream {
             match Execd::connect(&self.sandbox_id)
                 .and_then(|mut execd| check_running(&mut execd, &self.pty_id))
             {
-                Ok(()) => ": its shell still runs; pty.connect attaches it again".to_string(),
+                Ok(_) => ": its shell still runs; pty.connect attaches it again".to_string(),
                 Err(e) => format!(": {}", e.message),
             }
         };
@@ -354,22 +474,32 @@ impl Drop for PtyStream {
     }
 }
 
-/// `GET /pty/{id}`: whether the terminal exists and its shell still runs
-/// (attaching to one whose shell ended would make execd start a new shell).
-fn check_running(execd: &mut Execd, pty_id: &str) -> Result<()> {
-    #[derive(serde::Deserialize)]
-    struct Status {
-        running: bool,
-    }
+/// `GET /pty/{id}`'s answer.
+#[derive(serde::Deserialize)]
+struct Status {
+    running: bool,
+    /// How many bytes the terminal has printed since it started.
+    #[serde(default)]
+    output_offset: Option<u64>,
+}
+
+/// `GET /pty/{id}`: the terminal's state (a 404 in plain words).
+fn status(execd: &mut Execd, pty_id: &str) -> Result<Status> {
     let path = format!("/pty/{pty_id}");
     let resp = execd.send(|e| e.request("GET", &path), &[])?;
     let subject = format!("terminal {pty_id}");
-    let status: Status = execd.json(
+    execd.json(
         execd
             .check(resp, &subject)
             .map_err(|e| unknown(e, &execd.sandbox_id, pty_id))?,
         &subject,
-    )?;
+    )
+}
+
+/// Whether the terminal exists and its shell still runs (attaching to one
+/// whose shell ended would make execd start a new shell); its state if so.
+fn check_running(execd: &mut Execd, pty_id: &str) -> Result<Status> {
+    let status = status(execd, pty_id)?;
     if !status.running {
         return Err(not_found(format!(
             "terminal {pty_id} of sandbox {} has exited (its shell ended); open a new one \
@@ -377,7 +507,7 @@ fn check_running(execd: &mut Execd, pty_id: &str) -> Result<()> {
             execd.sandbox_id
         )));
     }
-    Ok(())
+    Ok(status)
 }
 
 /// A 404 about a terminal, in plain words (the HTTP answer kept).
@@ -437,7 +567,7 @@ impl Drop for Turn {
 pub fn connect(sandbox_id: &str, pty_id: &str, since: Option<u64>) -> Result<(String, PtyStream)> {
     check_id("terminal", pty_id)?;
     let mut execd = Execd::connect(sandbox_id)?;
-    check_running(&mut execd, pty_id)?;
+    let status = check_running(&mut execd, pty_id)?;
     let _turn = Turn::take(sandbox_id, pty_id)?;
     let old = holder(sandbox_id, pty_id).map(|(key, _)| key);
     let key = connect_key(sandbox_id, pty_id);
@@ -449,15 +579,15 @@ pub fn connect(sandbox_id: &str, pty_id: &str, since: Option<u64>) -> Result<(St
     // as soon as this one attaches, and its stream must find it was replaced
     // here.
     record_holder(sandbox_id, pty_id, &key);
-    let early = websocket::connect(&key, &execd.ws_url(&path), execd.headers())
+    let attached = websocket::connect(&key, &execd.ws_url(&path), execd.headers())
         .map_err(|e| unknown(e.into(), sandbox_id, pty_id))
         .and_then(|()| {
             until_attached(&key, sandbox_id, pty_id).inspect_err(|_| {
                 websocket::close(&key, 1000, "not attached");
             })
         });
-    let early = match early {
-        Ok(early) => early,
+    let attached = match attached {
+        Ok(attached) => attached,
         Err(e) => {
             // A failed attach leaves the old holder attached, and recorded.
             match &old {
@@ -475,10 +605,48 @@ pub fn connect(sandbox_id: &str, pty_id: &str, since: Option<u64>) -> Result<(St
     // Again, after the close: a renewal that read the old record before this
     // call changed it is overwritten.
     record_holder(sandbox_id, pty_id, &key);
+    // Where the stream stands, for a reattach: known from a replay, or,
+    // without one, when execd had printed exactly up to where it was asked to
+    // start (an offset past the end would be taken for the end).
+    let from = since.unwrap_or(0);
+    let known = attached.replay_at.is_some() || status.output_offset == Some(from);
+    let (early, next) = attached.from(from);
     Ok((
         pty_id.to_string(),
-        PtyStream::new(sandbox_id, pty_id, key, early),
+        PtyStream::new(sandbox_id, pty_id, key, early, known.then_some(next)),
     ))
+}
+
+/// What a connection brought before execd said it was attached: the replay
+/// (from `replay_at`, the absolute offset of its first byte) and any live
+/// output.
+#[derive(Default, Debug, PartialEq)]
+struct Attached {
+    early: Vec<Vec<u8>>,
+    replay_at: Option<u64>,
+}
+
+impl Attached {
+    /// The output from offset `from` on (without a replay, it starts there),
+    /// and the offset after it. What a replay repeats before `from` is cut
+    /// off; a replay that starts after `from` (execd no longer kept those
+    /// bytes) is taken as it is.
+    fn from(self, from: u64) -> (Vec<Vec<u8>>, u64) {
+        let start = self.replay_at.unwrap_or(from);
+        let mut skip = from.saturating_sub(start);
+        let mut next = start.max(from);
+        let mut early = Vec::with_capacity(self.early.len());
+        for mut output in self.early {
+            let cut = skip.min(output.len() as u64);
+            skip -= cut;
+            output.drain(..cut as usize);
+            next += output.len() as u64;
+            if !output.is_empty() {
+                early.push(output);
+            }
+        }
+        (early, next)
+    }
 }
 
 /// Reads `key`'s connection until execd says the terminal is attached to it
@@ -488,24 +656,27 @@ pub fn connect(sandbox_id: &str, pty_id: &str, since: Option<u64>) -> Result<(St
 /// waiting for it makes a `pty.connect` answer once the terminal is this
 /// connection's, so a later one replaces this one, and not a connection still
 /// waiting for its turn (which, once it got it, would evict the later one).
-fn until_attached(key: &str, sandbox_id: &str, pty_id: &str) -> Result<Vec<Vec<u8>>> {
-    let mut early = Vec::new();
+fn until_attached(key: &str, sandbox_id: &str, pty_id: &str) -> Result<Attached> {
+    let mut attached = Attached::default();
     loop {
         match websocket::receive(key)? {
-            Some(Message::Binary(frame)) => {
-                if let Some((output, live)) = output_of(&frame) {
-                    early.push(output);
-                    if live {
-                        return Ok(early);
-                    }
+            Some(Message::Binary(frame)) => match output_of(&frame) {
+                Some(Output::Replay(at, output)) => {
+                    attached.replay_at.get_or_insert(at);
+                    attached.early.push(output);
                 }
-            }
+                Some(Output::Live(output)) => {
+                    attached.early.push(output);
+                    return Ok(attached);
+                }
+                None => {}
+            },
             Some(Message::Text(text)) => {
                 let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) else {
                     continue;
                 };
                 match value.get("type").and_then(|t| t.as_str()) {
-                    Some("connected") => return Ok(early),
+                    Some("connected") => return Ok(attached),
                     Some("error") => return Err(frame_error(&value, sandbox_id, pty_id)),
                     _ => continue,
                 }
@@ -548,7 +719,7 @@ pub fn create(req: PtyRequest) -> Result<(String, PtyStream)> {
         execd.headers(),
     )?;
     record_holder(&req.sandbox_id, &pty_id, &key);
-    let stream = PtyStream::new(&req.sandbox_id, &pty_id, key.clone(), Vec::new());
+    let stream = PtyStream::new(&req.sandbox_id, &pty_id, key.clone(), Vec::new(), Some(0));
     if resize {
         send_json(
             &key,
@@ -736,6 +907,45 @@ mod tests {
         // execd's own shell: a resize frame, at another size only.
         assert_eq!(sized(None, 100, 40), (None, true));
         assert_eq!(sized(None, 80, 24), (None, false));
+    }
+
+    #[test]
+    fn outputs() {
+        assert_eq!(output_of(b"\x01ab"), Some(Output::Live(b"ab".to_vec())));
+        assert_eq!(output_of(b"\x02e"), Some(Output::Live(b"e".to_vec())));
+        let mut replay = vec![3, 0, 0, 0, 0, 0, 0, 1, 2];
+        replay.extend_from_slice(b"xyz");
+        assert_eq!(
+            output_of(&replay),
+            Some(Output::Replay(258, b"xyz".to_vec()))
+        );
+        assert_eq!(output_of(b"\x01"), None);
+        assert_eq!(output_of(b"\x03short"), None);
+        assert_eq!(output_of(b"\x00in"), None);
+    }
+
+    #[test]
+    fn attached_from_an_offset() {
+        let attached = |replay_at, early: &[&str]| Attached {
+            early: early.iter().map(|o| o.as_bytes().to_vec()).collect(),
+            replay_at,
+        };
+        let text = |early: Vec<Vec<u8>>| String::from_utf8(early.concat()).unwrap();
+        // A replay from where the stream stood, then live output.
+        let (early, next) = attached(Some(10), &["abc", "de"]).from(10);
+        assert_eq!((text(early), next), ("abcde".into(), 15));
+        // What the replay repeats is cut off, across frames.
+        let (early, next) = attached(Some(8), &["ab", "cd", "e"]).from(11);
+        assert_eq!((text(early), next), ("de".into(), 13));
+        // Everything repeated: nothing new.
+        let (early, next) = attached(Some(8), &["ab"]).from(10);
+        assert_eq!((text(early), next), ("".into(), 10));
+        // execd no longer kept bytes 10..20: the replay as it is.
+        let (early, next) = attached(Some(20), &["xy"]).from(10);
+        assert_eq!((text(early), next), ("xy".into(), 22));
+        // No replay: from where it stood.
+        let (early, next) = attached(None, &["live"]).from(7);
+        assert_eq!((text(early), next), ("live".into(), 11));
     }
 
     #[test]

@@ -132,6 +132,27 @@ struct Shared {
     /// held, released or ends, and whenever a client goes away.
     holds: Mutex<Vec<HoldSlot>>,
     holds_changed: Condvar,
+    /// Both ends of each WebSocket being piped now, by a number of its own
+    /// ([`FaultProxy::cut_websockets`]).
+    upgraded: Mutex<Vec<(u64, TcpStream, TcpStream)>>,
+    next_upgraded: std::sync::atomic::AtomicU64,
+}
+
+/// A WebSocket's place in [`Shared::upgraded`], given up when its piping ends
+/// (the clones there would otherwise keep its sockets open).
+struct Upgraded<'a> {
+    shared: &'a Shared,
+    n: u64,
+}
+
+impl Drop for Upgraded<'_> {
+    fn drop(&mut self) {
+        self.shared
+            .upgraded
+            .lock()
+            .unwrap()
+            .retain(|(n, _, _)| *n != self.n);
+    }
 }
 
 impl Shared {
@@ -188,6 +209,8 @@ impl FaultProxy {
                 seen: Mutex::new(Vec::new()),
                 holds: Mutex::new(Vec::new()),
                 holds_changed: Condvar::new(),
+                upgraded: Mutex::new(Vec::new()),
+                next_upgraded: Default::default(),
             }),
             acceptor: Mutex::new(None),
         };
@@ -198,6 +221,18 @@ impl FaultProxy {
     /// A proxy in front of the shared testbed.
     pub fn testbed() -> FaultProxy {
         FaultProxy::start(&crate::testbed().url)
+    }
+
+    /// Breaks every WebSocket being piped now, both ways, without a close
+    /// frame (a dropped connection): the client and the testbed each see
+    /// their connection end.
+    pub fn cut_websockets(&self) -> usize {
+        let cut = std::mem::take(&mut *self.shared.upgraded.lock().unwrap());
+        for (_, client, upstream) in &cut {
+            let _ = client.shutdown(Shutdown::Both);
+            let _ = upstream.shutdown(Shutdown::Both);
+        }
+        cut.len()
     }
 
     /// `http://127.0.0.1:PORT`.
@@ -649,6 +684,15 @@ fn handle(shared: Arc<Shared>, mut client: TcpStream) {
         let _ = upstream.shutdown(Shutdown::Both);
         return;
     }
+    let _upgraded = match (upgrade, client.try_clone(), upstream.try_clone()) {
+        (true, Ok(to_client), Ok(to_upstream)) => {
+            let n = shared.next_upgraded.fetch_add(1, Ordering::SeqCst);
+            let mut upgraded = shared.upgraded.lock().unwrap();
+            upgraded.push((n, to_client, to_upstream));
+            Some(Upgraded { shared: &shared, n })
+        }
+        _ => None,
+    };
     let cut = match &fault {
         Some(Fault::ResetAfter(n)) | Some(Fault::TruncateAnswer(n)) => Some(*n),
         _ => None,

@@ -132,17 +132,18 @@ fn command_size(mode: Mode) {
 }
 both_modes!(a_command_starts_at_its_size, super::command_size);
 
-/// A connection that ends without execd's exit frame (opensandbox-server's
-/// proxy gives up on a connection with 1011 and drops what was left; here the
-/// fault proxy does it right after the handshake): `pty.exit` has no code and
-/// an error saying why and that the shell still runs, and `pty.connect`
-/// attaches it again, up to its real exit.
+/// A connection that ends without execd's exit frame and cannot be attached
+/// again (opensandbox-server's proxy gives up on a connection with 1011 and
+/// drops what was left; here the fault proxy does it right after the
+/// handshake, to the stream's reattach too): `pty.exit` has no code and an
+/// error saying why and that the shell still runs, and `pty.connect` attaches
+/// it again, up to its real exit.
 #[test]
 fn a_lost_exit_frame_is_told() {
     let proxy = FaultProxy::testbed();
     let host = HostBuilder::new(Mode::Proxy).via(&proxy).spawn();
     let id = host.create_sandbox();
-    proxy.fault("GET", "/ws", Fault::CloseFrame(1011), 1);
+    proxy.fault("GET", "/ws", Fault::CloseFrame(1011), 2);
     let pty = host.ok("pty.create", json!({"sandbox_id": id}))["pty_id"]
         .as_str()
         .unwrap()
@@ -154,16 +155,68 @@ fn a_lost_exit_frame_is_told() {
         error.contains("closed with code 1011") && error.contains("its shell still runs"),
         "{exit}"
     );
+    assert_eq!(proxy.count("GET", "/ws"), 2, "create's and the reattach's");
 
     host.ok("pty.connect", json!({"sandbox_id": id, "pty_id": pty}));
     type_in(&host, &id, &pty, "exit 5\n");
-    let exit = host
-        .wait_note(Duration::from_secs(20), |n| {
-            n["method"] == "pty.exit"
-                && n["params"]["pty_id"] == pty
-                && n["params"]["exit_code"] != Value::Null
-        })
-        .unwrap_or_else(|| panic!("no second pty.exit: {:?}", host.notes()));
+    let exit = second_exit(&host, &pty);
+    assert_eq!(exit["params"]["exit_code"], 5, "{exit}");
+}
+
+/// The terminal's `pty.exit` that has a code (after one without).
+fn second_exit(host: &Host, pty: &str) -> Value {
+    host.wait_note(Duration::from_secs(20), |n| {
+        n["method"] == "pty.exit"
+            && n["params"]["pty_id"] == pty
+            && n["params"]["exit_code"] != Value::Null
+    })
+    .unwrap_or_else(|| panic!("no pty.exit with a code: {:?}", host.notes()))
+}
+
+/// A connection that drops while the shell runs is attached again by the
+/// stream itself, from the byte it had reached: the output goes on with
+/// nothing lost or repeated, input works again, and the exit code arrives.
+#[test]
+fn a_dropped_connection_is_reattached() {
+    let proxy = FaultProxy::testbed();
+    let host = HostBuilder::new(Mode::Proxy).via(&proxy).spawn();
+    let id = host.create_sandbox();
+    let pty = host.ok("pty.create", json!({"sandbox_id": id}))["pty_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    type_in(&host, &id, &pty, "echo one-$((0+1))\n");
+    wait_output(&host, &pty, "\none-1\r\n");
+
+    assert_eq!(proxy.cut_websockets(), 1);
+    // Input sent before the stream saw the connection end would be lost with
+    // it: wait for the reattach's handshake; until it is answered, input is
+    // E4004 (the connection is not open).
+    wait_until("the reattach", Duration::from_secs(20), || {
+        (proxy.count("GET", "/ws") == 2).then_some(())
+    });
+    wait_until(
+        "input to reach the terminal again",
+        Duration::from_secs(20),
+        || {
+            let typed = host.call(
+                "pty.send_input",
+                json!({"sandbox_id": id, "pty_id": pty, "data": b64e(b"echo two-$((1+1))\n")}),
+            );
+            match typed {
+                Ok(_) => Some(()),
+                Err(e) if e.epp == "E4004" => None,
+                Err(e) => panic!("{e:?}"),
+            }
+        },
+    );
+    let seen = wait_output_from(&host, &pty, 0, "\ntwo-2\r\n");
+    assert_eq!(seen.matches("\none-1\r\n").count(), 1, "{seen:?}");
+    assert_eq!(seen.matches("\ntwo-2\r\n").count(), 1, "{seen:?}");
+    assert_eq!(proxy.count("GET", "/ws"), 2, "create's and the reattach's");
+
+    type_in(&host, &id, &pty, "exit 5\n");
+    let exit = wait_exit(&host, &pty);
     assert_eq!(exit["params"]["exit_code"], 5, "{exit}");
 }
 
