@@ -201,6 +201,15 @@ pub struct PtyStream {
     reattaches: Cell<u32>,
 }
 
+/// What became of a [`PtyStream::reattach`].
+enum Reattach {
+    Done,
+    /// Not attached again: the stream ends with what ended its connection.
+    No,
+    /// A `pty.connect` took the terminal (execd's 4001 or a record here).
+    TakenOver,
+}
+
 /// Reattaches in a row, with nothing received between them, before the
 /// stream gives up ([`PtyStream::reattach`]).
 const REATTACH_TRIES: u32 = 3;
@@ -261,9 +270,19 @@ impl PtyStream {
                             .set(self.offset.get().map(|at| at + output.len() as u64));
                         return Ok(Some(PtyEvent::Output(output)));
                     }
-                    // Replays come only before `connected`, which the
-                    // stream's connect waited for.
-                    Some(Output::Replay(..)) | None => continue,
+                    // Before `connected` of `pty.create`'s connection: what
+                    // the new shell printed before execd attached it.
+                    Some(Output::Replay(at, output)) => {
+                        let replay = Attached {
+                            early: vec![output],
+                            replay_at: Some(at),
+                        };
+                        let (early, next) = replay.from(self.offset.get().unwrap_or(at));
+                        self.offset.set(self.offset.get().map(|_| next));
+                        self.early.borrow_mut().extend(early);
+                        continue;
+                    }
+                    None => continue,
                 },
                 Message::Text(text) => {
                     let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) else {
@@ -294,10 +313,11 @@ impl PtyStream {
     /// The connection ended (closed with `code`, or failed with `cause`)
     /// without an exit frame: reattached, or the error that ends the stream.
     fn on_end(&self, code: Option<u16>, cause: Option<Error>) -> Result<()> {
-        if self.reattach(code, cause.is_some()) {
-            return Ok(());
+        match self.reattach(code, cause.is_some()) {
+            Reattach::Done => Ok(()),
+            Reattach::No => Err(self.ended(code, cause)),
+            Reattach::TakenOver => Err(self.ended(Some(4001), None)),
         }
-        Err(self.ended(code, cause))
     }
 
     /// Attaches the terminal to this stream's key again, from the byte it had
@@ -310,37 +330,41 @@ impl PtyStream {
     /// holds it), when the host forgot the key itself (it is shutting down),
     /// when where the stream stands is not known, or after
     /// [`REATTACH_TRIES`] in a row.
-    fn reattach(&self, code: Option<u16>, failed: bool) -> bool {
-        let here =
-            recorded_holder(&self.sandbox_id, &self.pty_id).is_some_and(|(key, _)| key != self.key);
-        let Some(offset) = self.offset.get() else {
-            return false;
+    fn reattach(&self, code: Option<u16>, failed: bool) -> Reattach {
+        let taken_here = || {
+            recorded_holder(&self.sandbox_id, &self.pty_id).is_some_and(|(key, _)| key != self.key)
         };
-        if code == Some(4001)
-            || here
-            || (code.is_none() && !failed)
-            || self.reattaches.get() >= REATTACH_TRIES
-        {
-            return false;
+        if code == Some(4001) || taken_here() {
+            return Reattach::TakenOver;
+        }
+        let Some(offset) = self.offset.get() else {
+            return Reattach::No;
+        };
+        if (code.is_none() && !failed) || self.reattaches.get() >= REATTACH_TRIES {
+            return Reattach::No;
         }
         self.reattaches.set(self.reattaches.get() + 1);
         let Ok(mut execd) = Execd::connect(&self.sandbox_id) else {
-            return false;
+            return Reattach::No;
         };
         let url = execd.ws_url(&format!("/pty/{}/ws?since={offset}", self.pty_id));
         let mut waits = LET_GO_WAITS_MS.iter();
         loop {
-            // Each time: attaching to a shell that ended starts a new one.
+            // Each time: attaching to a shell that ended starts a new one, and
+            // a pty.connect here may have taken the terminal meanwhile.
             if !status(&mut execd, &self.pty_id).is_ok_and(|s| s.running) {
-                return false;
+                return Reattach::No;
+            }
+            if taken_here() {
+                return Reattach::TakenOver;
             }
             match websocket::connect(&self.key, &url, execd.headers()) {
                 Ok(()) => break,
                 Err(e) if e.http_status == Some(409) => match waits.next() {
                     Some(ms) => sleep_ms(*ms),
-                    None => return false,
+                    None => return Reattach::No,
                 },
-                Err(_) => return false,
+                Err(_) => return Reattach::No,
             }
         }
         match until_attached(&self.key, &self.sandbox_id, &self.pty_id) {
@@ -348,11 +372,15 @@ impl PtyStream {
                 let (early, next) = attached.from(offset);
                 self.offset.set(Some(next));
                 self.early.borrow_mut().extend(early);
-                true
+                Reattach::Done
             }
-            Err(_) => {
+            Err(e) => {
                 websocket::close(&self.key, 1000, "not attached");
-                false
+                if e.is(Kind::Conflict) {
+                    Reattach::TakenOver
+                } else {
+                    Reattach::No
+                }
             }
         }
     }
@@ -680,6 +708,12 @@ fn until_attached(key: &str, sandbox_id: &str, pty_id: &str) -> Result<Attached>
                     Some("error") => return Err(frame_error(&value, sandbox_id, pty_id)),
                     _ => continue,
                 }
+            }
+            Some(Message::Close((4001, _))) => {
+                return Err(conflict(format!(
+                    "terminal {pty_id} of sandbox {sandbox_id} was taken over by another client \
+                     while this one attached it; retry pty.connect"
+                )));
             }
             Some(Message::Close((code, reason))) => {
                 return Err(error::upstream(format!(

@@ -227,10 +227,9 @@ impl Sockets {
         tokio::time::timeout(Duration::from_secs(30), sink.send(msg))
             .await
             .map_err(|_| WsError::TimedOut(format!("sending on WebSocket `{key}` timed out")))?
-            .map_err(|e| {
-                self.forget_ended(key, &conn);
-                WsError::Unreachable(format!("WebSocket `{key}` failed: {e}"))
-            })
+            // The key stays: its reader sees the connection end too, and says
+            // how (a guest may attach its terminal again on that).
+            .map_err(|e| WsError::Unreachable(format!("WebSocket `{key}` failed: {e}")))
     }
 
     /// The next data or close message; none once the connection is gone.

@@ -684,7 +684,8 @@ fn handle(shared: Arc<Shared>, mut client: TcpStream) {
         let _ = upstream.shutdown(Shutdown::Both);
         return;
     }
-    let _upgraded = match (upgrade, client.try_clone(), upstream.try_clone()) {
+    let upgraded = upgrade && status_of(&head) == 101;
+    let _upgraded = match (upgraded, client.try_clone(), upstream.try_clone()) {
         (true, Ok(to_client), Ok(to_upstream)) => {
             let n = shared.next_upgraded.fetch_add(1, Ordering::SeqCst);
             let mut upgraded = shared.upgraded.lock().unwrap();
