@@ -272,7 +272,7 @@ async fn serve_mcp(
 async fn run(wasm: std::path::PathBuf, host: HostArgs, env: EnvSnapshot) -> Result<ExitCode> {
     let runtime = load(&wasm, &host, &env).await?;
     epp_host::rpc::wire::widen_pipes();
-    let (out, writer) = Outbox::wire(std::io::stdout());
+    let (out, writer) = Outbox::wire(std::io::stdout(), epp_host::rpc::wire::stdout_room());
     let server = Server::new(runtime, out, config::serve_options(&host));
     server.serve(std::io::stdin()).await;
     drop(server);

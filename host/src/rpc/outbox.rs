@@ -1,13 +1,16 @@
-//! Where answers and notifications go: whole lines on stdout, written by one
-//! thread so lines never interleave (`Outbox::wire`), or, for a front end that
-//! is not EPP/1's wire (`epp-host mcp`), notifications handed over as values
-//! (`Outbox::notes`).
+//! Where answers and notifications go: whole lines on stdout, one at a time so
+//! lines never interleave (`Outbox::wire`), or, for a front end that is not
+//! EPP/1's wire (`epp-host mcp`), notifications handed over as values
+//! (`Outbox::notes`). A small line goes out from the task that sends it when
+//! nothing is queued and the pipe can take it at once; anything else goes
+//! through the writer thread.
 
 use super::errors::RpcError;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use std::io::Write;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 /// Lines queued for stdout before senders wait (back-pressure for big streams).
@@ -31,13 +34,52 @@ pub struct Outbox {
 
 #[derive(Clone)]
 enum To {
-    /// Lines on the wire, through the writer thread.
+    /// Lines on the wire, through the writer thread or written at once.
     Wire {
         tx: mpsc::Sender<Queued>,
         budget: Arc<Semaphore>,
+        out: Arc<Out>,
     },
     /// Notifications as values, for another front end.
     Notes(mpsc::Sender<Note>),
+}
+
+/// Whether the output can take a line of this many bytes at once, without
+/// blocking (`wire::stdout_room`).
+pub type Room = Box<dyn Fn(usize) -> bool + Send + Sync>;
+
+/// The output, shared by the writer thread and the senders that write a line
+/// at once.
+struct Out {
+    writer: Mutex<Box<dyn Write + Send>>,
+    /// Lines queued for the writer thread and not yet written. A sender writes
+    /// at once only when there are none, under `writer`, and the thread takes
+    /// its count down under `writer` after writing: so a line never overtakes
+    /// one queued before it.
+    queued: AtomicUsize,
+    /// None: every line goes through the writer thread.
+    room: Option<Room>,
+}
+
+impl Out {
+    /// Writes `line` now if that keeps the order and cannot block: nothing
+    /// queued, the output free and with room. False, with nothing written (or
+    /// a write that failed, which the writer thread will find too), otherwise.
+    fn write_now(&self, line: &[u8]) -> bool {
+        let Some(room) = &self.room else {
+            return false;
+        };
+        if line.len() >= DIRECT || self.queued.load(Ordering::Acquire) != 0 {
+            return false;
+        }
+        let Ok(mut writer) = self.writer.try_lock() else {
+            return false;
+        };
+        if self.queued.load(Ordering::Acquire) != 0 || !room(line.len()) {
+            return false;
+        }
+        writer.write_all(line).and_then(|()| writer.flush()).is_ok()
+    }
 }
 
 /// A notification handed over as a value (`Outbox::notes`).
@@ -72,8 +114,22 @@ impl Outbox {
     /// clone is dropped. A thread with plain blocking writes, not a task on
     /// tokio's stdout: that would hop once more (to its blocking pool) and copy
     /// every line once more for each answer.
-    pub fn wire<W: Write + Send + 'static>(mut out: W) -> (Outbox, std::thread::JoinHandle<()>) {
+    ///
+    /// With `room` (stdout is a pipe), a small line is written by the task
+    /// that sends it when nothing is queued and the pipe can take it at once:
+    /// an answer then needs no hand-over to this thread (one thread switch
+    /// fewer per call; bench/profiling.md, issue 24).
+    pub fn wire<W: Write + Send + 'static>(
+        out: W,
+        room: Option<Room>,
+    ) -> (Outbox, std::thread::JoinHandle<()>) {
         let (tx, mut rx) = mpsc::channel::<Queued>(QUEUE);
+        let shared = Arc::new(Out {
+            writer: Mutex::new(Box::new(out)),
+            queued: AtomicUsize::new(0),
+            room,
+        });
+        let out = shared.clone();
         let writer = move || {
             let mut buf = Vec::new();
             let mut next = rx.blocking_recv();
@@ -101,17 +157,23 @@ impl Outbox {
                         }
                     }
                 }
+                let mut writer = out.writer.lock().unwrap_or_else(|e| e.into_inner());
                 let mut written = || {
-                    out.write_all(&buf)?;
+                    writer.write_all(&buf)?;
                     if let Some((line, tail)) = &big {
-                        out.write_all(line)?;
+                        writer.write_all(line)?;
                         for piece in tail {
-                            out.write_all(piece)?;
+                            writer.write_all(piece)?;
                         }
                     }
-                    out.flush()
+                    writer.flush()
                 };
-                if written().is_err() {
+                let failed = written().is_err();
+                if !failed {
+                    out.queued.fetch_sub(permits.len(), Ordering::Release);
+                }
+                drop(writer);
+                if failed {
                     // Nobody reads our answers any more; drain so senders don't
                     // block (every permit given back, the held-over line's too:
                     // kept, it could hold the whole budget and stall them all).
@@ -137,7 +199,11 @@ impl Outbox {
         let budget = Arc::new(Semaphore::new(QUEUE_BYTES));
         (
             Outbox {
-                to: To::Wire { tx, budget },
+                to: To::Wire {
+                    tx,
+                    budget,
+                    out: shared,
+                },
             },
             thread,
         )
@@ -152,17 +218,25 @@ impl Outbox {
     }
 
     async fn send(&self, message: Value, tail: Vec<Bytes>) {
-        let To::Wire { tx, budget } = &self.to else {
+        let To::Wire { tx, budget, out } = &self.to else {
             return;
         };
         // to_vec, not to_string: no fmt::Write detour, no copy per line.
         let mut line = serde_json::to_vec(&message).expect("a JSON value always serialises");
         line.push(b'\n');
+        if tail.is_empty() && out.write_now(&line) {
+            return;
+        }
         let share = (line.len() + tail_len(&tail)).min(QUEUE_BYTES) as u32;
         let Ok(permit) = budget.clone().acquire_many_owned(share).await else {
             return; // never closed
         };
-        let _ = tx.send(Queued { line, tail, permit }).await;
+        // Counted before it is queued: from here no line may go out at once
+        // until the writer thread has written this one.
+        out.queued.fetch_add(1, Ordering::AcqRel);
+        if tx.send(Queued { line, tail, permit }).await.is_err() {
+            out.queued.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 
     /// Whether this outbox writes the EPP/1 wire (where binary frames go).
@@ -276,13 +350,95 @@ mod tests {
         }
     }
 
+    /// A stdout that keeps what it is given; its first flush waits for the
+    /// test.
+    struct Kept {
+        seen: Arc<Mutex<Vec<u8>>>,
+        gate: Option<std_mpsc::Receiver<()>>,
+    }
+
+    impl Write for Kept {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.seen.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            if let Some(gate) = self.gate.take() {
+                let _ = gate.recv();
+            }
+            Ok(())
+        }
+    }
+
+    /// An outbox onto a [`Kept`] stdout that always has room.
+    struct KeptOut {
+        out: Outbox,
+        thread: std::thread::JoinHandle<()>,
+        seen: Arc<Mutex<Vec<u8>>>,
+        release: std_mpsc::Sender<()>,
+    }
+
+    fn kept(gated: bool) -> KeptOut {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (release, gate) = std_mpsc::channel();
+        let writer = Kept {
+            seen: seen.clone(),
+            gate: gated.then_some(gate),
+        };
+        let (out, thread) = Outbox::wire(writer, Some(Box::new(|_| true)));
+        KeptOut {
+            out,
+            thread,
+            seen,
+            release,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_small_line_goes_out_from_its_sender_when_nothing_is_queued() {
+        let KeptOut { out, seen, .. } = kept(false);
+        out.notify("n", json!({"k": 1})).await;
+        // Written before notify returned: no hand-over to the writer thread.
+        let seen = String::from_utf8(seen.lock().unwrap().clone()).unwrap();
+        assert!(seen.contains(r#""k":1"#), "{seen:?}");
+    }
+
+    #[tokio::test]
+    async fn a_line_never_overtakes_one_queued_before_it() {
+        let KeptOut {
+            out,
+            thread,
+            seen,
+            release,
+        } = kept(true);
+        // A big line always goes through the thread, which holds it in its
+        // first flush; the small lines after it must wait behind it.
+        out.notify("n", json!({"big": "x".repeat(DIRECT)})).await;
+        out.notify("n", json!({"small": 1})).await;
+        out.notify("n", json!({"small": 2})).await;
+        release.send(()).unwrap();
+        out.notify("n", json!({"small": 3})).await;
+        drop(out);
+        tokio::task::spawn_blocking(move || thread.join().unwrap())
+            .await
+            .unwrap();
+        let seen = String::from_utf8(seen.lock().unwrap().clone()).unwrap();
+        let at = |needle: &str| seen.find(needle).unwrap_or_else(|| panic!("{needle}"));
+        assert!(at(r#""big""#) < at(r#""small":1"#));
+        assert!(at(r#""small":1"#) < at(r#""small":2"#));
+        assert!(at(r#""small":2"#) < at(r#""small":3"#));
+    }
+
     #[tokio::test]
     async fn a_broken_stdout_gives_the_whole_budget_back() {
         let (release, gate) = std_mpsc::channel();
-        let (out, _writer) = Outbox::wire(Breaking {
-            release: gate,
-            writes: 0,
-        });
+        let (out, _writer) = Outbox::wire(
+            Breaking {
+                release: gate,
+                writes: 0,
+            },
+            None,
+        );
         let line = |bytes: usize| json!({"data": "x".repeat(bytes)});
         // The writer takes the first line and waits in its write; behind it, a
         // small line and a big one (6 MiB of the 8), which the writer will
@@ -308,10 +464,13 @@ mod tests {
     async fn a_slow_reader_holds_senders_back_by_bytes() {
         let (release, gate) = std_mpsc::channel();
         let written = Arc::new(Mutex::new(0));
-        let (out, writer) = Outbox::wire(Gated {
-            release: gate,
-            written: written.clone(),
-        });
+        let (out, writer) = Outbox::wire(
+            Gated {
+                release: gate,
+                written: written.clone(),
+            },
+            None,
+        );
         let big = || json!({"data": "x".repeat(QUEUE_BYTES / 2 + 1)});
         // The first line is taken by the writer, which stays in flush.
         out.notify("n", big()).await;

@@ -53,6 +53,35 @@ pub fn widen_pipes() {
     }
 }
 
+/// Whether stdout can take a line of `len` bytes at once without blocking,
+/// when stdout is a pipe (none otherwise: a terminal or a socket can block on
+/// flow control, so their lines always go through the writer thread). A pipe
+/// is asked whether anything is still unread in it (`FIONREAD`): an empty pipe
+/// takes any write up to its capacity at once. Its free room in bytes would
+/// not say as much (a pipe fills by pages, not bytes).
+pub fn stdout_room() -> Option<super::outbox::Room> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: fstat and fcntl on the process's own stdout, into a local.
+        let capacity = unsafe {
+            let mut stat: libc::stat = std::mem::zeroed();
+            if libc::fstat(1, &mut stat) != 0 || stat.st_mode & libc::S_IFMT != libc::S_IFIFO {
+                return None;
+            }
+            libc::fcntl(1, libc::F_GETPIPE_SZ)
+        };
+        let capacity = usize::try_from(capacity).ok().filter(|c| *c > 0)?;
+        Some(Box::new(move |len| {
+            let mut unread: libc::c_int = 0;
+            // SAFETY: FIONREAD on stdout writes one int into the local.
+            let asked = unsafe { libc::ioctl(1, libc::FIONREAD, &mut unread) };
+            asked == 0 && unread == 0 && len <= capacity
+        }))
+    }
+    #[cfg(not(target_os = "linux"))]
+    None
+}
+
 /// Reads lines from `input` on the calling thread and hands each to `each`
 /// until it says stop (false), the input ends or a read fails (the error is
 /// the last item): plain blocking reads of up to 1 MiB straight into the line
