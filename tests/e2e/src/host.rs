@@ -50,6 +50,10 @@ impl HostBuilder {
                 "30".to_string(),
             ),
         ];
+        // The host's log level for a run that looks into a failure (README, Development).
+        if let Ok(level) = std::env::var("EPP_E2E_LOG") {
+            env.push(("EPP_LOG".to_string(), level));
+        }
         if !tb.api_key.is_empty() {
             env.push(("ABX_OPENSANDBOX_API_KEY".to_string(), tb.api_key.clone()));
         }
