@@ -90,6 +90,23 @@ def run_in(sandbox_id: str, cmd: str) -> str:
     return out.decode()
 
 
+def execd_ready(endpoint: str, what: str, within: float = 30) -> None:
+    """execd answers /ping at `endpoint` within `within` s. The server answers a create
+    once the container started, not once execd listens in it, so a client (the SDKs,
+    the provider) asks /ping until it answers; until then docker-proxy resets the
+    connection it cannot pass on."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://{endpoint}/ping", timeout=10) as resp:
+                check(resp.status == 200, f"{what} ({resp.status})")
+                return
+        except (ConnectionError, urllib.error.URLError) as e:
+            if time.monotonic() >= deadline:
+                raise Mismatch(f"{what}: no answer to /ping within {within:.0f} s ({e})")
+            time.sleep(0.1)
+
+
 def execd_run(sandbox_id: str, command: str, **extra) -> str:
     """stdout of `command` run by the sandbox's execd (POST /command), through its endpoint."""
     status, ep = call("GET", f"/sandboxes/{sandbox_id}/endpoints/44772")
@@ -131,8 +148,7 @@ def part_lifecycle() -> None:
     check(hosts == {"127.0.0.1"}, f"ports published on loopback only ({ports})")
     status, ep = call("GET", f"/sandboxes/{sid}/endpoints/44772")
     check(status == 200 and ep["endpoint"].startswith("127.0.0.1:"), f"endpoint on loopback ({ep})")
-    with urllib.request.urlopen(f"http://{ep['endpoint']}/ping", timeout=10) as resp:
-        check(resp.status == 200, "execd answers through the published port")
+    execd_ready(ep["endpoint"], "execd answers through the published port")
     check(run_in(sid, "test -f /.dockerenv && id -un && ls -d /home/user") == "root\n/home/user\n",
           "a container of the image: root and a normal user")
     check(execd_run(sid, "id -un; id -u; echo $HOME") == "root\n0\n/root\n", "execd runs commands as root")
@@ -383,8 +399,7 @@ def part_egress() -> None:
     check(status == 200 and resp.get("policy") == policy, f"GET /networkpolicy through the server ({status} {resp})")
     status, ep = call("GET", f"/sandboxes/{sid}/endpoints/44772")
     check(status == 200 and ep["endpoint"].startswith("127.0.0.1:"), f"execd endpoint on loopback ({status} {ep})")
-    with urllib.request.urlopen(f"http://{ep['endpoint']}/ping", timeout=10) as r:
-        check(r.status == 200, "execd answers through the sidecar's published port")
+    execd_ready(ep["endpoint"], "execd answers through the sidecar's published port")
     delete(sid)
     check(gone(f"sandbox-egress-{sid}"), "delete removes the sidecar too")
 
