@@ -7,8 +7,8 @@
 //! policy, outbound HTTP and WebSocket) → `runtime` (instances, the one call
 //! layer) → `codec` (JSON ⇄ WIT values) → `rpc` (the wire, requests, streams)
 //! → `mcp` (the same requests as MCP tools) → the application: `cli`,
-//! `config`, `call`, `inspect`, `installed`, `manifest`, `signing`, `oci`,
-//! `log`.
+//! `config`, `call`, `inspect`, `installed`, `manifest`, `memory`, `signing`,
+//! `oci`, `log`.
 
 pub mod codec;
 pub mod contract;
@@ -24,5 +24,6 @@ pub mod inspect;
 pub mod installed;
 pub mod log;
 pub mod manifest;
+pub mod memory;
 pub mod oci;
 pub mod signing;

@@ -247,6 +247,11 @@ async fn load_bytes(bytes: WasmBytes, host: &HostArgs) -> Result<Arc<Runtime>> {
         "compile cache: {cache}, {what}; instances {}",
         runtime.reuse.decide(runtime.declares_reusable).1
     );
+    let dropped = epp_host::memory::drop_startup_pages();
+    tracing::debug!(
+        "gave back {} KiB of start-up code and read-only data",
+        dropped >> 10
+    );
     Ok(Arc::new(runtime))
 }
 

@@ -28,6 +28,7 @@ const LAYERS: &[&[&str]] = &[
         "inspect",
         "installed",
         "log",
+        "memory",
         "manifest",
         "oci",
         "signing",
