@@ -144,8 +144,8 @@ impl Clock {
     }
 
     /// The timeout in seconds, for messages.
-    pub fn seconds(&self) -> f64 {
-        self.timeout_ms.unwrap_or_default() as f64 / 1000.0
+    pub fn seconds(&self) -> String {
+        crate::time::seconds(self.timeout_ms.unwrap_or_default())
     }
 }
 

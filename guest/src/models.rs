@@ -215,7 +215,37 @@ pub struct ExecEvent {
     pub execution_count: Option<i64>,
     /// `result` events of `/code`: a Jupyter MIME bundle.
     #[serde(default)]
-    pub results: Option<serde_json::Map<String, serde_json::Value>>,
+    pub results: Option<Bundle>,
+}
+
+/// A MIME bundle in execd's order, each value's JSON text as it came. Not a
+/// `serde_json::Value`: printed again, a number could come back other than it
+/// came (integers past 64 bits become floats, and the provider's float parsing
+/// is serde_json's best effort, without its float_roundtrip tables).
+#[derive(Debug, Default)]
+pub struct Bundle(pub Vec<(String, Box<serde_json::value::RawValue>)>);
+
+impl<'de> Deserialize<'de> for Bundle {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Entries;
+        impl<'de> serde::de::Visitor<'de> for Entries {
+            type Value = Bundle;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Bundle, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    entries.push(entry);
+                }
+                Ok(Bundle(entries))
+            }
+        }
+        d.deserialize_map(Entries)
+    }
 }
 
 #[derive(Deserialize, Debug)]

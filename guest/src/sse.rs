@@ -138,8 +138,10 @@ fn parse_scanned(raw: &[u8], multiline: bool) -> Option<Result<Frame, String>> {
         }
     };
     if value.get("type").is_some() {
+        // From the text again, not the Value: a result's bundle keeps its
+        // values' JSON text (models::Bundle). This path is not the hot one.
         return Some(
-            serde_json::from_value(value)
+            serde_json::from_str(json)
                 .map(Frame::Event)
                 .map_err(|e| format!("an event has an unexpected shape ({e})")),
         );
@@ -290,6 +292,24 @@ mod tests {
             kinds(raw),
             ["init", "ping", "stdout", "error:RUNTIME_ERROR"]
         );
+    }
+
+    #[test]
+    fn a_result_keeps_its_json_text_on_either_path() {
+        let bundle = r#"{"application/json":{"n":1180591620717411303424,"x":0.1}}"#;
+        let event = format!(r#"{{"type":"result","results":{bundle}}}"#);
+        for frame in [event.clone(), format!("event: result\ndata: {event}")] {
+            let Some(Ok(Frame::Event(e))) = parse_frame(frame.as_bytes()) else {
+                panic!("{frame}: not an event");
+            };
+            let results = e.results.expect("a bundle");
+            assert_eq!(results.0.len(), 1);
+            assert_eq!(results.0[0].0, "application/json");
+            assert_eq!(
+                results.0[0].1.get(),
+                r#"{"n":1180591620717411303424,"x":0.1}"#
+            );
+        }
     }
 
     #[test]

@@ -32,6 +32,18 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (y, m, d)
 }
 
+/// `ms` as seconds for a message: `30`, `1.5`, `0.25`, `0.001`, as `{}` of
+/// an `f64` would print them. By integers: float formatting would add core's
+/// float-printing tables to the data image every instance maps (profiling.md).
+pub fn seconds(ms: u64) -> String {
+    let (whole, milli) = (ms / 1000, ms % 1000);
+    if milli == 0 {
+        return whole.to_string();
+    }
+    let fraction = format!("{milli:03}");
+    format!("{whole}.{}", fraction.trim_end_matches('0'))
+}
+
 /// A monotonic clock reading in milliseconds.
 pub fn monotonic_ms() -> u64 {
     wasip2::clocks::monotonic_clock::now() / 1_000_000
@@ -49,5 +61,18 @@ mod tests {
         assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(super::rfc3339(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(super::rfc3339(1_795_000_000), "2026-11-18T11:06:40Z");
+    }
+
+    #[test]
+    fn formats_seconds_as_a_float_would() {
+        for ms in [
+            0, 1, 10, 250, 999, 1000, 1500, 1234, 30_000, 86_400_001, 3_600_000,
+        ] {
+            assert_eq!(
+                super::seconds(ms),
+                (ms as f64 / 1000.0).to_string(),
+                "{ms} ms"
+            );
+        }
     }
 }

@@ -47,7 +47,7 @@ fn url(sandbox_id: &str, path: &str, direction: Direction) -> Result<TransferUrl
     if matches!(sandbox.status.state.as_str(), "Failed" | "Terminated") {
         return Err(not_found(format!(
             "sandbox {sandbox_id} is {}; its files are gone",
-            sandbox.status.state.to_lowercase()
+            sandbox.status.state.to_ascii_lowercase()
         )));
     }
     let endpoint = lifecycle.endpoint(sandbox_id, EXECD_PORT, proxied)?;

@@ -167,7 +167,7 @@ fn sandbox_gone(sandbox_id: &str) -> Option<Error> {
         Diagnosis::Stopped { state, .. } => Some(error::conflict(format!(
             "sandbox {sandbox_id} is {} and no longer answers; the watch ends here (start a \
              new one once it runs again)",
-            state.to_lowercase()
+            state.to_ascii_lowercase()
         ))),
         Diagnosis::Running => None,
     }

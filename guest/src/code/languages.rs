@@ -48,7 +48,7 @@ fn parse_languages(json: &str) -> std::result::Result<Vec<String>, serde_json::E
     let mut languages: Vec<String> = specs
         .kernelspecs
         .into_values()
-        .map(|k| k.spec.language.to_lowercase())
+        .map(|k| k.spec.language.to_ascii_lowercase())
         .collect();
     languages.sort();
     languages.dedup();

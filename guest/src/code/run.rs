@@ -9,12 +9,11 @@ use crate::error::{self, Result, invalid};
 use crate::event_stream::{Clock, EventStream, Failure, Mapping, Step, stream_timeouts};
 use crate::execd::Execd;
 use crate::lifecycle::check_id;
-use crate::models::{ExecEvent, RunCode, RunContext};
+use crate::models::{Bundle, ExecEvent, RunCode, RunContext};
 use crate::refusal::{self, Refusal};
 use crate::sse::{FrameReader, Frames};
 use crate::time::monotonic_ms;
 use crate::undo::Token;
-use serde_json::Value;
 
 /// How long a timed-out run may take to end after its kernel is interrupted.
 const INTERRUPT_GRACE_MS: u64 = 10_000;
@@ -39,9 +38,10 @@ pub struct CodeEvents {
 }
 
 /// A Jupyter MIME bundle as execd sends it (`text/plain` renamed `text`):
-/// every value as text, JSON values as JSON text.
-fn mime_bundle(results: serde_json::Map<String, Value>) -> Vec<(String, String)> {
+/// every value as text, JSON values as the JSON text execd sent.
+fn mime_bundle(results: Bundle) -> Vec<(String, String)> {
     results
+        .0
         .into_iter()
         .map(|(mime, value)| {
             let mime = if mime == "text" {
@@ -49,14 +49,11 @@ fn mime_bundle(results: serde_json::Map<String, Value>) -> Vec<(String, String)>
             } else {
                 mime
             };
-            let data = match value {
-                Value::String(s) => s,
+            let json = value.get();
+            let data = serde_json::from_str::<String>(json)
                 // nbformat's multi-line strings.
-                Value::Array(lines) if lines.iter().all(Value::is_string) => {
-                    lines.iter().filter_map(Value::as_str).collect::<String>()
-                }
-                other => other.to_string(),
-            };
+                .or_else(|_| serde_json::from_str::<Vec<String>>(json).map(|lines| lines.concat()))
+                .unwrap_or_else(|_| json.to_string());
             (mime, data)
         })
         .collect()
@@ -158,7 +155,7 @@ impl Mapping for CodeEvents {
         }
         let error = error::timed_out(format!(
             "{target} ran longer than its timeout of {} s; {}",
-            timeout_ms as f64 / 1000.0,
+            crate::time::seconds(timeout_ms),
             if interrupted {
                 "its kernel was interrupted (the context and its state remain)"
             } else {
@@ -235,7 +232,7 @@ mod tests {
 
     #[test]
     fn a_mime_bundle_keeps_every_representation_as_text() {
-        let results: serde_json::Map<String, Value> = serde_json::from_str(
+        let results: Bundle = serde_json::from_str(
             r#"{"text":"1","image/png":"iVBO","application/json":{"a":[1,2]},"text/html":["<b>","x</b>"]}"#,
         )
         .unwrap();
@@ -248,6 +245,22 @@ mod tests {
                 ("image/png".into(), "iVBO".into()),
                 ("text/html".into(), "<b>x</b>".into()),
                 ("text/plain".into(), "1".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_json_value_comes_as_execd_sent_it() {
+        // Parsed into a Value and printed again, 2^70 would come back as
+        // 1.1805916207174113e21, and the float could lose its last digit.
+        let json = r#"{"big":1180591620717411303424,"x":0.30000000000000004,"y":[1e-7,null]}"#;
+        let results: Bundle =
+            serde_json::from_str(&format!(r#"{{"application/json":{json},"text":"ok"}}"#)).unwrap();
+        assert_eq!(
+            mime_bundle(results),
+            vec![
+                ("application/json".into(), json.into()),
+                ("text/plain".into(), "ok".into()),
             ]
         );
     }

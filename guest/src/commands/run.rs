@@ -92,7 +92,7 @@ pub(super) fn post(
                  sandbox does not answer (resume it with sandbox.resume), else retry or raise \
                  the timeout",
                 req.sandbox_id,
-                ms as f64 / 1000.0
+                crate::time::seconds(ms)
             )),
             _ => e,
         })?;

@@ -19,7 +19,8 @@ pub async fn call(
     params: Map<String, Value>,
 ) -> Result<Value, RpcError> {
     if name == transport::HELLO {
-        return hello(ctx, name, params).await;
+        // Boxed: once a session, and larger than a call's own future.
+        return Box::pin(hello(ctx, name, params)).await;
     }
     let Some(method) = table::find(name) else {
         return Err(RpcError::method_not_found(name));

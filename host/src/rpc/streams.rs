@@ -87,7 +87,18 @@ pub async fn serve(
                 size: *size,
                 read_into: *read_into,
             };
-            bytes::read(ctx, method, tags, callee.function, fns, params, forward).await
+            // Boxed, as the writer below: the byte paths' futures are the
+            // largest, and unboxed every request's future would be as large.
+            Box::pin(bytes::read(
+                ctx,
+                method,
+                tags,
+                callee.function,
+                fns,
+                params,
+                forward,
+            ))
+            .await
         }
         Answer::Writer {
             write,
@@ -100,7 +111,7 @@ pub async fn serve(
                 finish,
                 write_from: write_from.filter(|f| ctx.runtime.exports(f)),
             };
-            bytes::write(ctx, method, tags, writer, params, forward).await
+            Box::pin(bytes::write(ctx, method, tags, writer, params, forward)).await
         }
         Answer::Events {
             next,
