@@ -88,6 +88,71 @@ def log(msg: str) -> None:
     print(f"bench: {msg}", file=sys.stderr, flush=True)
 
 
+def data_image_bytes(path: str) -> int:
+    """How far the data segments of the component's core modules reach past the
+    first one's start: the memory image every instance of it maps (the pool maps
+    it whole, a 64 KiB window at a time; bench/profiling.md, eleventh pass)."""
+    def leb(b: bytes, i: int) -> tuple[int, int]:
+        r = s = 0
+        while True:
+            x = b[i]
+            i += 1
+            r |= (x & 0x7F) << s
+            s += 7
+            if x < 0x80:
+                return r, i
+
+    def sections(b: bytes, i: int):
+        while i < len(b):
+            sid = b[i]
+            n, i = leb(b, i + 1)
+            yield sid, b[i:i + n]
+            i += n
+
+    spans = []
+
+    def module(b: bytes) -> None:
+        for sid, body in sections(b, 8):
+            if sid != 11:
+                continue
+            count, j = leb(body, 0)
+            for _ in range(count):
+                flag, j = leb(body, j)
+                start = None
+                if flag in (0, 2):
+                    if flag == 2:
+                        _, j = leb(body, j)
+                    if body[j] == 0x41:  # i32.const: a fixed offset (signed LEB)
+                        start, k, shift = 0, j + 1, 0
+                        while True:
+                            x = body[k]
+                            k += 1
+                            start |= (x & 0x7F) << shift
+                            shift += 7
+                            if x < 0x80:
+                                break
+                    while body[j] != 0x0B:
+                        j += 1
+                    j += 1
+                length, j = leb(body, j)
+                if start is not None:
+                    spans.append((start, start + length))
+                j += length
+
+    def component(b: bytes) -> None:
+        for sid, body in sections(b, 8):
+            if sid == 1:
+                module(body)
+            elif sid == 4:
+                component(body)
+
+    with open(path, "rb") as f:
+        data = f.read()
+    # A signed component carries its signature in a custom section; both kinds parse.
+    (module if data[4:8] == b"\x01\x00\x00\x00" else component)(data)
+    return max(e for _, e in spans) - min(s for s, _ in spans) if spans else 0
+
+
 class Bench:
     def __init__(self, opts: argparse.Namespace) -> None:
         self.o = opts
@@ -709,6 +774,7 @@ class Bench:
                         "m.version('opensandbox-mcp'))"]),
             "server": "opensandbox-server 1.1.1 (tests/testbed, local-process runtime)",
             "component_bytes": os.path.getsize(self.o.wasm),
+            "data_image_bytes": data_image_bytes(self.o.wasm),
             "host_binary_bytes": os.path.getsize(self.o.host),
             "load_before": os.getloadavg(),
         }

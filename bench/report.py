@@ -1175,7 +1175,11 @@ def render(data: dict, chart_name: str, scale_svg: str = SCALE_SVG) -> str:
             [[label, ms(median(st.start(k))), f"{ms(min(st.start(k)))}–{ms(max(st.start(k)))}",
               len(st.start(k))] for label, k in starts if st.start(k)]))
     w("")
-    w(f"Component: {m['component_bytes']:,} bytes (signed). epp-host binary: {m['host_binary_bytes']:,} bytes.\n")
+    image = m.get("data_image_bytes")
+    image_note = (f", of which {image:,} bytes of data every instance maps ({-(-image // 4096)} pages; "
+                  "the pool maps it a 64 KiB window at a time)" if image else "")
+    w(f"Component: {m['component_bytes']:,} bytes (signed){image_note}. "
+      f"epp-host binary: {m['host_binary_bytes']:,} bytes.\n")
 
     mib = cfg["file_bytes"] >> 20
     pipe_s = st.pipe_floor_s()
