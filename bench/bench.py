@@ -122,17 +122,15 @@ def data_image_bytes(path: str) -> int:
                 if flag in (0, 2):
                     if flag == 2:
                         _, j = leb(body, j)
-                    if body[j] == 0x41:  # i32.const: a fixed offset (signed LEB)
-                        start, k, shift = 0, j + 1, 0
-                        while True:
-                            x = body[k]
-                            k += 1
-                            start |= (x & 0x7F) << shift
-                            shift += 7
-                            if x < 0x80:
-                                break
-                    while body[j] != 0x0B:
-                        j += 1
+                    # The offset: i32.const (a fixed one; signed LEB, which for the
+                    # non-negative offsets a linker writes reads as unsigned) or
+                    # global.get, then `end`.
+                    op = body[j]
+                    value, j = leb(body, j + 1)
+                    if op == 0x41:
+                        start = value
+                    if body[j] != 0x0B:
+                        raise ValueError(f"{path}: a data segment's offset is not one constant")
                     j += 1
                 length, j = leb(body, j)
                 if start is not None:
