@@ -531,7 +531,9 @@ class Bench:
         for name, env in (variants if rnd % 2 == 0 else variants[::-1]) + busy:
             r = self.drive("epp", "cpu", {**a, "busy": name.endswith("_busy")}, env)
             self.record("host_cpu", name, {k: r[k] for k in ("cpu_us", "sched_us", "wall_us", "calls", "clk_tck",
-                                                             "idle_cpu_us_per_s", "idle_sched_us_per_s")})
+                                                             "idle_cpu_us_per_s", "idle_sched_us_per_s",
+                                                             "after_idle_cpu_us", "after_idle_sched_us",
+                                                             "after_idle_wall_us")})
 
     def files_big(self, rnd: int) -> None:
         """W24: streamed `files.write` / `files.read` (epp-host `stream: true`, 1 MiB

@@ -711,6 +711,9 @@ def cpu_stats(cpu: list) -> dict:
            "wall_us": paired_median([paired_median(r["wall_us"]) for r in cpu]),
            "calls": cpu[0]["calls"], "batches": sum(len(r["cpu_us"]) for r in cpu), "rounds": len(cpu),
            "clk_tck": cpu[0].get("clk_tck", 100)}
+    after = [r["after_idle_sched_us"] for r in cpu if "after_idle_sched_us" in r]
+    if after:
+        out["after_idle_sched_us"] = paired_median(after)
     idle = [r["idle_sched_us_per_s"] for r in cpu if "idle_sched_us_per_s" in r]
     if idle:
         out["idle_us_per_s"] = paired_median(idle)
@@ -817,8 +820,12 @@ def w24_targets(data: dict) -> list[tuple[str, str, str, bool | None]]:
         c = w["cpu"]
         rows.append(("24. epp-host CPU per `files.exists` on a warm connection (user+sys of the host process; "
                      "instances reused, as the provider declares)",
-                     f"≤ {CPU_TARGET_US} µs", f"{c['us']:.0f} µs ({c['lo']:.0f}–{c['hi']:.0f} over rounds)",
-                     c["us"] <= CPU_TARGET_US))
+                     f"≤ {CPU_TARGET_US} µs",
+                     f"{c['us']:.0f} µs ({c['lo']:.0f}–{c['hi']:.0f} over rounds; schedstat {c['sched_us']:.0f} µs)"
+                     + (f"; right after a second idle {c['after_idle_sched_us']:.0f} µs (schedstat, one batch)"
+                        if "after_idle_sched_us" in c else ""),
+                     # Met on both clocks: the ticks' 25 µs steps could round a miss down.
+                     max(c["us"], c["sched_us"]) <= CPU_TARGET_US))
     if "cpu_fresh" in w:
         c = w["cpu_fresh"]
         rows.append(("24. the same with `--fresh-instances` (a fresh instance for every call, as before "
