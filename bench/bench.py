@@ -65,12 +65,15 @@ SNAPSHOT_FILE = "/epp-bench-snapshot.txt"
 # The steps that run on the Docker tier (bench/run starts it only for them).
 DOCKER_STEPS = ("snapshot_create",)
 # Issue 24 ("close to the wire"): epp-host's CPU per `files.exists` on a warm connection
-# (CPU_CALLS calls per batch, CPU_BATCHES batches per round, after CPU_WARMUP calls);
+# (CPU_CALLS calls per batch, CPU_BATCHES batches per round; before them, warm-up calls
+# (at least CPU_WARMUP and CPU_WARM_S seconds), CPU_IDLE_S seconds idle, one batch right
+# after it, and the warm-up again);
 # streamed files of BIG_SIZES bytes (the largest in the short rounds only, --big-mib);
 # the scaling curve: SCALE_LEVELS concurrent `commands.run "true"` over each of
 # SCALE_SERIES sandboxes, and READ_LEVELS concurrent streamed reads of READ_BYTES;
 # every level has at least SCALE_MIN_CALLS timed calls (so its p99 has samples).
 CPU_CALLS, CPU_BATCHES, CPU_WARMUP, CPU_PATH = 400, 3, 50, "/tmp"
+CPU_WARM_S, CPU_IDLE_S = 0.5, 1.0
 BIG_SIZES = (32 << 20, 256 << 20)
 SCALE_SERIES = (8, 32)
 SCALE_LEVELS = (1, 16, 64, 256)
@@ -519,13 +522,15 @@ class Bench:
 
     def host_cpu(self, rnd: int) -> None:
         """W24 (epp-host only): the host process's user+sys CPU (/proc/PID/stat) per
-        `files.exists` on a warm connection, CPU_BATCHES batches of CPU_CALLS calls; as
-        shipped (instances reused, as the provider declares) and with
+        `files.exists` on a warm connection, CPU_BATCHES batches of CPU_CALLS calls, after
+        warm-up calls, the idle measurement (CPU_IDLE_S), one batch right after it (kept as
+        `after_idle_*`: this VM is slower for a while after a quiet second) and the warm-up
+        again; as shipped (instances reused, as the provider declares) and with
         `--fresh-instances` (a fresh instance per call), in alternating order; then
         both again with all CPUs but one kept busy by nice-19 spinners (fewer idle
         CPUs to wake: closer to what the host's own work costs)."""
         a = {"sandbox": self.box[0], "path": CPU_PATH, "n": CPU_CALLS, "warmup": CPU_WARMUP,
-             "batches": CPU_BATCHES}
+             "warm_s": CPU_WARM_S, "idle_s": CPU_IDLE_S, "batches": CPU_BATCHES}
         variants = [("epp", {}), ("epp_fresh", {"EPP_HOST_ARGS": "--fresh-instances"})]
         busy = [(f"{name}_busy", env) for name, env in variants]
         for name, env in (variants if rnd % 2 == 0 else variants[::-1]) + busy:
@@ -791,6 +796,7 @@ class Bench:
             "code_expr": CODE_EXPR, "code_print_bytes": CODE_PRINT_BYTES,
             "image": IMAGE, "mcp_fail_cmd": MCP_FAIL_CMD, "mcp_missing_path": MCP_MISSING_PATH,
             "cpu_calls": CPU_CALLS, "cpu_batches": CPU_BATCHES, "cpu_warmup": CPU_WARMUP, "cpu_path": CPU_PATH,
+            "cpu_warm_s": CPU_WARM_S, "cpu_idle_s": CPU_IDLE_S,
             "big_sizes": list(self.big_sizes()), "scale_series": list(SCALE_SERIES),
             "scale_levels": list(SCALE_LEVELS), "read_levels": list(READ_LEVELS), "read_bytes": READ_BYTES,
             "scale_min_calls": SCALE_MIN_CALLS if self.o.batches > 1 else 0,

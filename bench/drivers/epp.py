@@ -614,10 +614,11 @@ def w_cpu(host: Host, a: dict) -> dict:
     schedstat (ns resolution; misses threads that ended) and the wall time per call.
 
     The machine is warmed again after the idle second (calls for `warm_s`, at least
-    `warmup`): after a second with every process asleep, this VM runs the next
-    ~0.15 s of calls 25-35 % slower (bench/profiling.md, twelfth pass), which is not
-    what a call on a warm connection costs. One batch right after the idle second is
-    kept too (`after_idle_*`), to show that cost."""
+    `warmup`): after a second with every process asleep, this VM runs the next calls
+    20-35 % slower, mostly for ~0.15 s and settled by ~0.5 s (bench/profiling.md, twelfth
+    pass). One batch right after the idle second is kept too (`after_idle_*`), to show
+    what a call after a pause costs (reported for the quiet, as-shipped variant; in the
+    busy variants the idle second and that batch run before the spinners start)."""
     box, path, n = a["sandbox"], a.get("path", "/tmp"), a["n"]
     params = {"sandbox_id": box, "path": path}
 
