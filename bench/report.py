@@ -908,7 +908,8 @@ def w24_section(data: dict, scale_svg: str) -> str:
             ["on-CPU time of its live threads (`/proc/PID/task/*/schedstat`, ns)", f"{c['sched_us']:.0f} µs", "–"],
             ["wall time per call (the client's round trip)", f"{c['wall_us']:.0f} µs", "–"],
         ] + ([["one batch right after the idle second (schedstat, median of rounds): a call after a pause",
-               f"{c['after_idle_sched_us']:.0f} µs", "–"]] if "after_idle_sched_us" in c else []) + ([["the same host idle, before the batches (schedstat, per second of wall time)",
+               f"{c['after_idle_sched_us']:.0f} µs", "–"]]
+             if "after_idle_sched_us" in c else []) + ([["the same host idle, before the batches (schedstat, per second of wall time)",
                f"{c['idle_us_per_s']:.0f} µs/s", f"≈ {c['idle_us_per_s'] * c['wall_us'] / 1e6:.1f} µs per call's wall time"]]
              if "idle_us_per_s" in c else []) + ([
             ["with `--fresh-instances`: user+sys, median of rounds", f"{w['cpu_fresh']['us']:.0f} µs",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
 import os
 import queue
@@ -624,7 +625,7 @@ def w_cpu(host: Host, a: dict) -> dict:
 
     def warm() -> None:
         end = ns() + int(a.get("warm_s", 0.5) * 1e9)
-        for i in range(1 << 30):
+        for i in itertools.count():
             if i >= a["warmup"] and ns() >= end:
                 break
             if not host.call("files.exists", params)["exists"]:
